@@ -33,6 +33,11 @@ def _warnings(caplog) -> list[str]:
      "data.split.shared_patients", "official is false"),
     ("pretrain: {public: a public set, data: {source: random_processes}, training: {reference_batch_size: 8}}",
      "pretrain.training.reference_batch_size", "lr_scaling is none"),
+    # no size to reach: every image keeps its stored size, and the crop is made only on the way to one
+    ("data: {source: medmnist, path: t.csv, preprocessing: {aspect: crop}}", "data.preprocessing.aspect",
+     "image_size is unset"),
+    ("evaluation: {fairness: {attributes: [sex], age_bins: [0, 50]}}", "evaluation.fairness.age_bins",
+     "attributes leaves out age"),
 ])
 def test_a_setting_another_setting_turns_off_is_warned_of_naming_both(write_study, caplog, text, key, because):
     write_study("", name="t.csv")
@@ -43,8 +48,11 @@ def test_a_setting_another_setting_turns_off_is_warned_of_naming_both(write_stud
     assert len(said) == 1, said
     assert said[0].startswith(f"study file {path}: {key} changes nothing") and because in said[0], said[0]
     # a training setting turned off is none of a run's settings, and a finished run's data are matched by content:
-    # a run that finished with it is the run without it (tests/config/test_settings_the_data_turn_off.py resumes one)
-    assert "remove it (runs that finished with it are the same runs without it)" in said[0], said[0]
+    # a run that finished with it is the run without it (tests/config/test_settings_the_data_turn_off.py resumes one);
+    # an evaluation setting changed evaluates finished runs again (`dpmed.resumption`)
+    keep = ("finished runs are evaluated again without it, not retrained" if key.startswith("evaluation.") else
+            "runs that finished with it are the same runs without it")
+    assert f"remove it ({keep})" in said[0], said[0]
 
 
 @pytest.mark.parametrize("key, value", [("training.lr_schedule.milestones", [0.2]),
@@ -64,7 +72,10 @@ def test_a_setting_given_with_set_is_warned_of_as_the_option_s(write_study, capl
     "training: {reference_batch_size: 512, lr_scaling: sqrt}",
     "training: {lr_schedule: {kind: step, milestones: [0.3, 0.6], gamma: 0.5}}",
     "training: {lr_schedule: {kind: cosine}, lr_scaling: linear}",
-    "data: {source: medmnist, path: t.csv, preprocessing: {aspect: crop}}",
+    "data: {source: medmnist, path: t.csv, image_size: 64, preprocessing: {aspect: crop}}",
+    # resized to the study's images where it sets no size of its own
+    "pretrain: {public: a public set, data: {source: medmnist, path: t.csv, preprocessing: {aspect: crop}}}",
+    "evaluation: {fairness: {attributes: [age], age_bins: [0, 50]}}",
     "data: {source: folders, path: ., split: {official: false}}",
     "data: {source: folders, path: ., split: {shared_patients: keep}}",
     "data: {source: csv, path: t.csv, columns: {path: file, split: s}, split: {official: false}}",

@@ -219,16 +219,22 @@ class DataConfig(_Strict):
                                                    shared_patients=s.shared_patients),
             patients=None if self.patients is None else self.patients.selection())
 
-    def settings_turned_off(self) -> list[tuple[str, str]]:
+    def settings_turned_off(self, *, size_from_study: bool = False) -> list[tuple[str, str]]:
         """(key, what turns it off) for each setting the file gives that the source or another setting keeps from
-        being read: ``preprocessing.aspect`` where the source generates square images at the size, ``split.official``
-        and ``split.shared_patients`` where no split is published (aptos, ham10000, a csv without a split column), and
-        ``shared_patients`` beside ``official: false``. Told, not refused, like `TrainingConfig.settings_turned_off`:
-        a finished run is matched by the content of its data, not by these keys, so it is the same run without them."""
+        being read: ``preprocessing.aspect`` where the source generates square images at the size, or where no
+        ``image_size`` is set (every image keeps its stored size: `dpmed.data.transforms.Preprocessing` crops only to
+        a size), unless ``size_from_study`` (pretrain.data, resized to the study's images: `dpmed.pretraining`);
+        ``split.official`` and ``split.shared_patients`` where no split is published (aptos, ham10000, a csv without a
+        split column), and ``shared_patients`` beside ``official: false``. Told, not refused, like
+        `TrainingConfig.settings_turned_off`: a finished run is matched by the content of its data, not by these
+        keys, so it is the same run without them."""
         info = DATASET_SOURCES[self.source]
         off = []
         if "aspect" in self.preprocessing.model_fields_set and info.generates:
             off.append(("preprocessing.aspect", f"source {self.source!r} generates square images at data.image_size"))
+        elif "aspect" in self.preprocessing.model_fields_set and self.image_size is None and not size_from_study:
+            off.append(("preprocessing.aspect", "image_size is unset (every image keeps its stored size, so none is "
+                                                "cropped or stretched)"))
         split = self.split
         if split is None:
             return off

@@ -375,16 +375,14 @@ def load_study(path: str | Path | None = None, overrides: Mapping[str, Any] | No
 def _tell_settings_turned_off(study: schema.Study, path: Path, origins: Mapping[str, str]) -> None:
     """Warn of each setting the study gives that another setting turns off (`Study.settings_turned_off`): it was
     ignored without a word, and a user took it for a change. Not refused: a study file is no mistake to stop for.
-    Dropping it keeps every finished run: a training setting turned off is none of a run's settings
-    (`TrainingConfig.computed_settings`), and a finished run's data are matched by their content (the images, labels
-    and patient ids, `dpmed.resumption`), never by the data section's keys. One an option set (``origins``: key as
-    set -> how, e.g. ``--set training.lr_schedule.gamma=0.5``) is blamed on the option: the study file may not hold
-    it at all."""
+    Dropping it trains no finished run again (`schema.describe_removal` says why). One an option set (``origins``:
+    key as set -> how, e.g. ``--set training.lr_schedule.gamma=0.5``) is blamed on the option: the study file may
+    not hold it at all."""
     for key, why in study.settings_turned_off():
         given = next((origin for at, origin in origins.items() if key == at or key.startswith(f"{at}.")), None)
-        _log.warning("%s: %s changes nothing, as %s; remove it (runs that finished with it are the same runs "
-                     "without it)", f"study file {path}" if given is None else f"{given} (with study file {path})",
-                     key, why)
+        _log.warning("%s: %s changes nothing, as %s; remove it (%s)",
+                     f"study file {path}" if given is None else f"{given} (with study file {path})", key, why,
+                     schema.describe_removal(key))
 
 
 def _with_paths_resolved(study: schema.Study, path: Path, origins: Mapping[str, str]) -> schema.Study:

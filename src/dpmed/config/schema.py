@@ -355,6 +355,16 @@ class EvaluationConfig(_Strict):
     # noise from the training images, so not covered by any eps; written only to the study's private folder.
     training_metrics: bool = False
 
+    def settings_turned_off(self) -> list[tuple[str, str]]:
+        """(key, what turns it off) for each setting the file gives that another setting keeps from being read:
+        ``fairness.age_bins`` where ``fairness.attributes`` leaves out age (the bins group patients by age alone).
+        Told, not refused, like `TrainingConfig.settings_turned_off`."""
+        fairness = self.fairness
+        if fairness is not None and "age_bins" in fairness.model_fields_set and "age" not in fairness.attributes:
+            return [("fairness.age_bins", "fairness.attributes leaves out age (the bins group test patients by age "
+                                          "alone)")]
+        return []
+
     def settings_the_data_turn_off(self, dataset: Dataset) -> list[tuple[str, str]]:
         """(key, what turns it off) for each setting the file gives that ``dataset``, once read, leaves unread:
         ``explanations.pointing_tolerance`` where it has no lesion masks (the pointing game scores a map against
@@ -438,6 +448,17 @@ class PretrainConfig(_Strict):
             raise ValidationError.from_exception_data("TrainingConfig", [InitErrorDetails(
                 type=PydanticCustomError("value_error", text), loc=("dp_engine",), input=v.dp_engine)])
         return v
+
+
+def describe_removal(key: str) -> str:
+    """What removing ``key``, a setting that changes nothing (`Study.settings_turned_off`,
+    `Study.settings_the_data_turn_off`), does to the runs that finished with it: none is trained again (a run's
+    data are matched by their content, `dpmed.resumption`, and a training setting turned off is none of its
+    `TrainingConfig.computed_settings`), but an evaluation setting's change evaluates them again from their
+    models."""
+    if key.startswith("evaluation."):
+        return "finished runs are evaluated again without it, not retrained"
+    return "runs that finished with it are the same runs without it"
 
 
 def absolute_path(given: Path, folder: Path, *, outside: bool) -> tuple[Path, str]:
@@ -565,11 +586,14 @@ class Study(_Strict):
 
     def settings_turned_off(self) -> list[tuple[str, str]]:
         """(dotted key, what turns it off) for every setting of the study that another setting keeps from being read
-        (`TrainingConfig.settings_turned_off`, `DataConfig.settings_turned_off`), public pretraining's included."""
-        sections = [("training", self.training), ("data", self.data)]
+        (`TrainingConfig.settings_turned_off`, `DataConfig.settings_turned_off`,
+        `EvaluationConfig.settings_turned_off`), public pretraining's included (its images resized to the study's)."""
+        sections = [("training", self.training.settings_turned_off()), ("data", self.data.settings_turned_off()),
+                    ("evaluation", self.evaluation.settings_turned_off())]
         if self.pretrain is not None:
-            sections += [("pretrain.training", self.pretrain.training), ("pretrain.data", self.pretrain.data)]
-        return [(f"{name}.{key}", why) for name, section in sections for key, why in section.settings_turned_off()]
+            sections += [("pretrain.training", self.pretrain.training.settings_turned_off()),
+                         ("pretrain.data", self.pretrain.data.settings_turned_off(size_from_study=True))]
+        return [(f"{name}.{key}", why) for name, off in sections for key, why in off]
 
     def settings_the_data_turn_off(self, dataset: Dataset) -> list[tuple[str, str]]:
         """(dotted key, what turns it off) for every setting of the study that ``dataset``, once read, leaves unread
