@@ -1,5 +1,6 @@
 """A setting that another setting turns off is told when the study file is read: it was ignored without a word, and
-the user thought it changed the runs. Warned, not refused: finished runs recorded it."""
+the user thought it changed the runs. Warned, not refused: a study file is no mistake to stop for, and removing the
+key trains no finished run again."""
 
 from __future__ import annotations
 
