@@ -585,6 +585,22 @@ def test_ssim_of_colour_images_averages_every_channel():
         structural_similarity(a, a[:1])
 
 
+@pytest.mark.parametrize("channels", [1, 3])
+def test_a_reconstruction_is_matched_by_the_ssim_of_each_pair_to_the_last_bit(channels):
+    """The matching and the null draws score a whole batch at once (scikit-image's call, pair by pair, took seconds
+    of every attacked run): each score is still exactly the pair's structural_similarity, ties included."""
+    rng = np.random.default_rng(3)
+    originals = rng.uniform(0, 1, (6, channels, 12, 16))
+    originals[4] = originals[2]                                   # a tie: the first of the two is the match
+    recs = np.stack([originals[2], np.full_like(originals[0], 0.5), *rng.uniform(0, 1, (3, channels, 12, 16))])
+    matches = match_reconstructions(recs, originals)
+    for i, r in enumerate(recs):
+        scores = [structural_similarity(r, o) for o in originals]
+        assert matches.closest[i] == int(np.argmax(scores)) and matches.ssim[i] == scores[matches.closest[i]]
+    with pytest.raises(ValueError, match="exceeds"):
+        match_reconstructions(recs[:, :, :6], originals[:, :, :6])
+
+
 def test_ncc_ignores_contrast_however_faint():
     """NCC is invariant to contrast: a pattern scaled down to 1e-6 still correlates perfectly with itself."""
     a = np.random.default_rng(0).uniform(0, 1, (1, 8, 8))
@@ -612,7 +628,7 @@ def test_the_null_median_is_the_median_of_the_null_draws(monkeypatch):
     import dpmed.attack.success as success
 
     scores = iter([0.0, 0.0, 0.1, 0.2, 0.9])
-    monkeypatch.setattr(success, "structural_similarity", lambda a, b: next(scores))
+    monkeypatch.setattr(success, "_similarities", lambda a, batch: np.array([next(scores) for _ in batch]))
     got = calibrate_threshold(np.zeros((3, 1, 8, 8)), batch_size=1, n_null=5, quantile=0.5,
                               rng=np.random.default_rng(0))
     assert got.null_median == pytest.approx(0.1) and got.value == pytest.approx(0.1)
