@@ -54,10 +54,10 @@ def structural_similarity(a: np.ndarray, b: np.ndarray) -> float:
 
 def _similarities(image: np.ndarray, others: np.ndarray) -> np.ndarray:
     """The SSIM of ``image`` [C, H, W] against each of ``others`` [B, C, H, W]: :func:`structural_similarity`'s
-    value for each pair, to the last bit, in one pass. scikit-image's call costs about a millisecond, nearly all of it
-    checks and set-up, so the null draws (3,200 pairs a threshold) took seconds of every attacked run. Its steps are
-    repeated over the batch: 7 x 7 uniform windows, sample covariance, data range 1, each window mean taken along the
-    image axes alone (``uniform_filter`` skips an axis of size 1) and each image's mean map over the same 2-D crop."""
+    value for each pair, to the last bit, in one pass. On small images scikit-image's call is nearly all checks and
+    set-up, paid per pair, and a threshold's null draws are thousands of pairs. Its steps are repeated over the
+    batch: 7 x 7 uniform windows, sample covariance, data range 1, each window mean taken along the image axes alone
+    (``uniform_filter`` skips an axis of size 1) and each image's mean map over the same 2-D crop."""
     x = np.asarray(image, dtype=np.float64)[None]
     y = np.asarray(others, dtype=np.float64)
     if y.ndim != 4 or y.shape[1:] != x.shape[1:]:
