@@ -222,6 +222,24 @@ def test_the_clipped_sum_is_the_same_whatever_the_physical_batch_size_and_a_non_
 
 
 @pytest.mark.parametrize("engine", ["dpmed", "opacus"])
+def test_a_unit_in_slices_is_summed_without_tf32_and_the_flag_comes_back(engine, monkeypatch):
+    """cuDNN may run float32 convolutions in TF32 (torch's default on GPUs that have it): a unit summed over slices
+    would then carry TF32's rounding (about 5e-4 of a gradient) where the same unit through a chunk, at a larger
+    physical_batch_size, is summed in full float32, and physical_batch_size would change the result."""
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)
+    _, labels, copies, groups, _ = _units_batch((3,), 1)
+    model = _frozen_first_model()
+    seen = []
+
+    def told(module, inputs, out):       # the flag as the backward through this output runs
+        out.register_hook(lambda g: seen.append(torch.backends.cudnn.allow_tf32))
+    model.register_forward_hook(told)
+    _dp_step(model, 1, 1.0, 1, engine).clipped_sum(copies, labels, groups=groups)   # slices of 1: the unit's 3
+    assert len(seen) == 3 and not any(seen)
+    assert torch.backends.cudnn.allow_tf32
+
+
+@pytest.mark.parametrize("engine", ["dpmed", "opacus"])
 @pytest.mark.parametrize("noise", ["gaussian", "laplace"])
 @pytest.mark.parametrize("unit, physical", [("image", 8), ("patient", 8), ("patient", 1)],
                          ids=["image", "patient in a chunk", "patient in slices"])
