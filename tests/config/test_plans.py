@@ -130,6 +130,20 @@ def test_a_setting_another_setting_turns_off_is_no_setting_of_the_run(plans, run
     assert (_fingerprint(data, other.training, 0, dp) != _fingerprint(data, plan.training, 0, dp)) == read
 
 
+@pytest.mark.parametrize("run_id", ["base_seed0", "ldp_epsimg512_seed1", "dp_eps8_C1_seed1"])
+def test_sgd_s_momentum_tells_runs_apart_as_adam_s_does_not(plans, run_id):
+    """SGD reads its momentum, Adam none: shown at its default beside SGD too, a run finished with momentum 0.9
+    would be reused by a study file that asks for 0.5, and its model and figures reported as trained so."""
+    from dpmed.training.loop import _fingerprint
+
+    plan, other = _trained(plans[run_id], {"optimizer": "sgd"}), _trained(plans[run_id], {"optimizer": "sgd",
+                                                                                       "momentum": 0.5})
+    assert other.settings() != plan.settings()
+    dp = plan.privacy if plan.mechanism == "dp_sgd" else None
+    data = type("Data", (), {"__len__": lambda self: 100})()
+    assert _fingerprint(data, other.training, 0, dp) != _fingerprint(data, plan.training, 0, dp)
+
+
 def test_labels_and_sweeps_come_from_typed_fields(plans):
     a, b = plans["dp_eps1_C1_seed0"], plans["dp_eps8_C1_seed1"]
     assert (a.label, b.label) == ("dp_eps1_C1", "dp_eps8_C1")
