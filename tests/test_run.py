@@ -332,6 +332,23 @@ def test_a_checkpoint_that_cannot_continue_is_named_as_it_is_deleted(prepared, t
     assert "afresh" not in caplog.text and folder.checkpoint.exists()
 
 
+def test_a_run_given_no_study_continues_its_attempt_whatever_settings_fingerprint_is_kept(prepared, tmp_path):
+    """dpmed as a library: a run given no study has no settings' fingerprint to compare with the one its key file
+    keeps, and its attempt's own fingerprint covers the settings, so the checkpoint of this attempt continues under
+    its key rather than being deleted and trained again."""
+    study, dataset, plans = prepared
+    plan = plans["lap"]
+    context = RunContext(dataset=dataset, evaluation=study.evaluation)                   # no study
+    folder = StudyFolder(tmp_path).run(plan.run_id)
+    folder.make()
+    torch.save({"progress": {"steps": 5, "of": 20}}, folder.checkpoint)
+    root = PrivacyRandomness.secure().root_hex()
+    folder.privacy_key.write_text(json.dumps({"root": root, "attempt": _attempt(plan, context),
+                                              "settings": plans["base"].fingerprint(study)}))
+    assert _privacy_randomness(plan, context, folder).root_hex() == root
+    assert folder.checkpoint.exists()
+
+
 def test_a_secure_run_s_key_is_fresh_and_never_the_one_its_published_seed_gives(prepared, tmp_path):
     """The same run in two output folders (a study run again elsewhere, with the same seed) gets two keys, neither
     the key its published seed and run id derive; a reproducible run's key is exactly that derived one."""
@@ -752,6 +769,7 @@ _KEY_FILES = {
     "this attempt": (lambda f: f["now"], "shown", "if data", True),
     "this attempt, settings missing": (lambda f: f["now"], _MISSING, "if settings", True),
     "this attempt, settings garbled": (lambda f: f["now"], "garbled", "if settings", True),
+    "this attempt, settings' format padded": (lambda f: f["now"], "padded", "if settings", True),
     "this attempt, settings other": (lambda f: f["now"], "other", "afresh", False),
     "other images": (lambda f: f["images"], "shown", "if data", False),
     "other images, settings missing": (lambda f: f["images"], _MISSING, "if settings", False),
@@ -779,7 +797,8 @@ def test_status_tells_of_every_key_file_what_the_next_run_does_with_its_checkpoi
                     "images": _attempt(plan, dataclasses.replace(context, dataset=_with_train(
                         dataset, labels=1 - dataset.train.labels))),
                     "other_run": _attempt(plans["base"], context)}
-    settings = {"shown": plan.fingerprint(study), "other": plans["base"].fingerprint(study), "garbled": "3:x"}
+    settings = {"shown": plan.fingerprint(study), "other": plans["base"].fingerprint(study), "garbled": "3:x",
+                "padded": "0" + plan.fingerprint(study)}
     attempt, kept, told, continues = _KEY_FILES[case]
     folder = StudyFolder(tmp_path).run(plan.run_id)
     folder.make()
