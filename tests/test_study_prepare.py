@@ -567,3 +567,24 @@ def test_augmented_copies_are_no_longer_counted_whole_before_training(write_stud
     dataset = load_study_data(study)
     monkeypatch.setattr(memory, "headroom", lambda: memory.Headroom(ram=20 * 10**6, swap=0))   # copies: 67 MB
     check_fit(study, dataset)
+
+
+def test_a_count_rough_against_its_noise_is_told_once_with_its_interval_and_a_size_epsilon_for_a_public_size(
+        write_study, tmp_path, caplog):
+    """About 120 training patients counted at the default eps 0.02 (noise sd 71): the count is told as rough once,
+    for the two arms that plan from it, with its 95 % interval; at size_epsilon 1 (interval +- 3) nothing is told."""
+    import logging
+
+    arms = f"arms: [{DP}, {DP.replace('name: dp,', 'name: dp2,')}]\n"
+    with caplog.at_level(logging.WARNING, logger="dpmed.study"):
+        prepared = _prepare(write_study, tmp_path, arms)
+    count = prepared.sizes["patients"]
+    told = [r.getMessage() for r in caplog.records if "is rough" in r.getMessage()]
+    opening = (f"the DP count of the training patients that DP-SGD plans from, {count}, is rough: at size_epsilon "
+               f"0.02, {count} +- 150 covers")
+    assert len(told) == 1 and told[0].startswith(opening), told
+    assert "size_epsilon = 12 / n" in told[0] and "not from this count" in told[0]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="dpmed.study"):
+        _prepare(write_study, tmp_path / "sharp", "size_epsilon: 1\n" + arms)
+    assert not [r for r in caplog.records if "is rough" in r.getMessage()]

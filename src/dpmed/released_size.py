@@ -8,7 +8,8 @@ of scale 1 / size_epsilon, sampled exactly (`dpmed.randomness.discrete_laplace`)
 between neighbours, so the count is (size_epsilon, 0)-DP (Dwork and Roth 2014, s.3.3), and every value planned from it
 is post-processing. Each DP-SGD run's eps is its training's eps plus size_epsilon (basic composition, Dwork and Roth
 2014, Theorem 3.16, which allows the training to be chosen after seeing the count), and its noise is calibrated to its
-target less size_epsilon.
+target less size_epsilon. The count's noise does not shrink with N: a count of a small study may be rough to plan
+from (`count_is_rough`: below about 300 units at 0.02), which planning tells the user (`dpmed.study`).
 
 One count per kind of unit an arm plans over (patients; images; images capped per patient) is drawn once per study
 folder and training set (the second of `dpmed.resumption.data_fingerprints`: a corrected test label draws none),
@@ -27,6 +28,7 @@ it and a run's record give the exact size.
 from __future__ import annotations
 
 import json
+import math
 import random
 import secrets
 from fractions import Fraction
@@ -40,7 +42,10 @@ from dpmed.lock import guard
 from dpmed.mechanisms import PlanContext, mechanism_info
 from dpmed.randomness import discrete_laplace, public_seed
 
-__all__ = ["needed_sizes", "release_sizes", "keep_sizes", "describe_counts"]
+__all__ = ["needed_sizes", "release_sizes", "keep_sizes", "describe_counts", "count_margin", "count_is_rough"]
+
+# The confidence of the interval that says whether a count is rough (`count_is_rough`)
+COUNT_CONFIDENCE = 0.95
 
 
 def describe_counts(sizes: Mapping[str, int], epsilon: float, *, symbols: bool = False,
@@ -59,6 +64,24 @@ def describe_counts(sizes: Mapping[str, int], epsilon: float, *, symbols: bool =
     seeded = "not DP: seed known (reproducible mode); as accounted, " if reproducible else ""
     return (f"{counts} ({seeded}{each}: {eps} {epsilon:g}, {delta} 0, closed form (discrete Laplace), add/remove one "
             f"of what it counts; a DP-SGD run's {eps} includes {which})")
+
+
+def count_margin(epsilon: float, confidence: float = COUNT_CONFIDENCE) -> int:
+    """The smallest t with P(|Z| > t) <= 1 - ``confidence`` for Z discrete Laplace of scale 1 / ``epsilon``: the
+    count +- t covers the exact size at that confidence (150 units at eps 0.02). With a = e^-eps, P(Z = z) =
+    (1 - a) / (1 + a) a^|z| (the discrete Laplace of Canonne, Kamath and Steinke 2020), so P(|Z| >= k) =
+    2 a^k / (1 + a)."""
+    a = math.exp(-epsilon)
+    k = math.ceil(math.log((1 - confidence) * (1 + a) / 2) / math.log(a))   # the smallest k with P(|Z| >= k) <= 1-c
+    return max(k - 1, 0)
+
+
+def count_is_rough(count: int, epsilon: float) -> bool:
+    """Whether a DP count is too rough to plan from as it is: its confidence interval (`count_margin`) reaches below
+    half of it, so the exact size may be half the count or one and a half times it, and DP-SGD's q = B / N, its
+    expected batch and T by epochs as far from what the exact size gives (2-3 times at 100 units and eps 0.02). A
+    function of the count and public settings only: post-processing, free to tell anyone."""
+    return 2 * count_margin(epsilon) > count
 
 
 def needed_sizes(study: Study, context: PlanContext) -> dict[str, int]:

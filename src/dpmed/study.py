@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import multiprocessing
 import signal
 import sys
@@ -50,7 +51,7 @@ from dpmed.outputs import write_outputs
 from dpmed.pretraining import prepare_start
 from dpmed.progress import StudyProgress
 from dpmed.records import DatasetSummary, ResolvedStudy, RunRecord, StudyPrivacy, read_record, read_timing
-from dpmed.released_size import keep_sizes, needed_sizes, release_sizes
+from dpmed.released_size import COUNT_CONFIDENCE, count_is_rough, count_margin, keep_sizes, needed_sizes, release_sizes
 from dpmed.resumption import attributes_fingerprint, data_fingerprints, finished_runs, randomness_of
 from dpmed.run import RunContext, reevaluate
 from dpmed.states import counts_shown, read_resolved
@@ -255,6 +256,32 @@ def _tell_whole_batches(plans: list[RunPlan]) -> None:
                          plan.run_id, dp.unit, plan.training.batch_size, dp.unit, dp.steps)
 
 
+def _tell_rough_counts(plans: list[RunPlan]) -> None:
+    """Warn, once per count, where a DP count DP-SGD plans from is rough against its noise (`count_is_rough`: at the
+    default size_epsilon, a count below about 300 units): q, the expected batch and T by epochs may then be off by a
+    factor of two or more, silently. The warning reads only the count and public settings (post-processing). Its
+    advice sizes size_epsilon from a size the user may publish: one chosen from this count would be a function of it,
+    spending its eps again where no card counts it, and one from the exact size would release that size outright."""
+    told = set()
+    for plan in plans:
+        dp = plan.privacy
+        if not (isinstance(dp, DpSgdPlan) and dp.size_epsilon and dp.size_key not in told
+                and count_is_rough(dp.released_count, dp.size_epsilon)):
+            continue
+        told.add(dp.size_key)
+        margin = count_margin(dp.size_epsilon)
+        # the margin is about ln(1 / (1 - confidence)) / eps, so 4 ln 20 / n, 12 / n, makes it a quarter of n
+        _log.warning("the DP count of the training %s that DP-SGD plans from, %d, is rough: at size_epsilon %g, "
+                     "%d +- %d covers the exact count at 95%% confidence, so q = B / N, the expected batch and T "
+                     "(where epochs set it; training.steps does not read N) may be off by a factor of two or more; "
+                     "the eps claimed stays exact. size_epsilon = %d / n narrows that interval to a quarter of n "
+                     "units, its eps part of every DP-SGD run's; take n from what may be published of the study's "
+                     "size (its protocol, a registry), not from this count (a size_epsilon chosen from it releases a "
+                     "function of it, whose eps no card would count) nor from the data", dp.size_key,
+                     dp.released_count, dp.size_epsilon, dp.released_count, margin,
+                     round(4 * math.log(1 / (1 - COUNT_CONFIDENCE))))
+
+
 def _dataset_summary(dataset: Dataset, sizes: Mapping[str, int] | None = None,
                      size_epsilon: float | None = None) -> DatasetSummary:
     """The dataset as study.yaml and the report show it: with DP-SGD runs (``sizes``: their DP counts), the training
@@ -302,6 +329,7 @@ def prepare_study(study: Study, *, out: Path | str = "results") -> PreparedStudy
     plans = plan_study(study, dataset, sizes, context=context)
     _tell_largest_patient(plans, context)
     _tell_whole_batches(plans)
+    _tell_rough_counts(plans)
     _tell_ignored_caps(study, dataset)
     attributes = attributes_fingerprint(dataset)
     existing, elsewhere, stale = finished_runs(folder, plans, _dataset_summary(dataset), study, fingerprint,
