@@ -329,7 +329,6 @@ def prepare_study(study: Study, *, out: Path | str = "results") -> PreparedStudy
     plans = plan_study(study, dataset, sizes, context=context)
     _tell_largest_patient(plans, context)
     _tell_whole_batches(plans)
-    _tell_rough_counts(plans)
     _tell_ignored_caps(study, dataset)
     attributes = attributes_fingerprint(dataset)
     existing, elsewhere, stale = finished_runs(folder, plans, _dataset_summary(dataset), study, fingerprint,
@@ -342,6 +341,7 @@ def prepare_study(study: Study, *, out: Path | str = "results") -> PreparedStudy
     if study.privacy_budget is not None:
         _refuse_vacuous_budget_delta(study.privacy_budget.delta, plans)
         check_budget(study.privacy_budget, privacy)
+    _tell_rough_counts(plans)      # last: a study refused above is told that alone
     return PreparedStudy(study=study, folder=folder, dataset=dataset, plans=plans, finished=existing,
                          elsewhere=elsewhere, privacy=privacy, load_seconds=load_seconds, fingerprint=fingerprint,
                          attributes=attributes, sizes=sizes, reevaluate=tuple(stale))
