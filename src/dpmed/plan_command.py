@@ -1,7 +1,8 @@
 """What `dpmed plan` prints: the data, the folder's finished runs, where the models start, one row per run (its
-noise, q, T, the eps its card will state and an estimated time), the study's privacy against its budget, and the
-study's estimated time. `dpmed.cli` loads and prepares the study (`dpmed.study.prepare_study`); this only prints
-what that planned, so that the command line module keeps to parsing.
+noise, q, T, the eps its card will state and an estimated time: of the steps after its checkpoint, where it continues
+from one), the study's privacy against its budget, and the study's estimated time. `dpmed.cli` loads and prepares
+the study (`dpmed.study.prepare_study`); this only prints what that planned, so that the command line module keeps
+to parsing.
 
 The exact training-set sizes printed here are for the user at the terminal only: no shareable file holds them.
 """
@@ -79,6 +80,12 @@ def print_plan(prepared: PreparedStudy, rates: Rates | None, seconds: dict[str, 
         print(f"note: a dpmed run is working in that folder now ({holder.describe()})")
     print(f"start: {describe_start(study)}")
     n_patients = len(set(ds.train.patient_ids.astype(str).tolist()))
+    told = checkpoints_told(folder.root, prepared.resolved(), [p.run_id for p in prepared.todo])
+    # a run that continues from its checkpoint trains the steps after it only: estimated for all of them before
+    continued = {run_id: done for run_id, _, _, done in told if done}
+    if rates is not None:
+        seconds = {**seconds, **{p.run_id: rates.run_seconds(p, n_train, done=continued[p.run_id]) or 0.0
+                                 for p in prepared.todo if p.run_id in continued}}
     rows = [["run", "mechanism", "noise", "q", "T", "eps (delta, accountant, neighbours)", "time"]]
     sampler_paid = pure_paid = False    # a card's delta that shows the part its noise sampler's bounded draws cost
     for plan in prepared.plans:
@@ -88,12 +95,13 @@ def print_plan(prepared: PreparedStudy, rates: Rates | None, seconds: dict[str, 
             pure_paid |= card.accountant == "pure"
         time_text = ("evaluate again" if plan.run_id in prepared.reevaluate else
                      "done" if plan.run_id in prepared.finished else
-                     "-" if rates is None else clock(seconds[plan.run_id]))
+                     "-" if rates is None else clock(seconds[plan.run_id])
+                     + (f" from step {continued[plan.run_id]}" if plan.run_id in continued else ""))
         rows.append([plan.run_id, plan.mechanism, _noise_text(card), _number(card.sample_rate),
                      _steps_text(plan, n_train, n_patients), card.in_brief(), time_text])
     print()
     print(_table(rows))
-    for run_id, state, detail in checkpoints_told(folder.root, prepared.resolved(), [p.run_id for p in prepared.todo]):
+    for run_id, state, detail, _ in told:
         print(f"{run_id}: {state}: {detail}")
     print(f"\nT: optimiser steps (DP-SGD: Poisson-sampled at rate q; other runs: shuffled batches of "
           f"{study.training.batch_size} unless the arm says otherwise)")

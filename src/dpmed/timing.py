@@ -123,8 +123,10 @@ class Rates:
     # seconds per training image of the fixed features a run of the kind computes once before its first step
     features: Mapping[StepKind, float] = field(default_factory=dict)
 
-    def run_seconds(self, plan: RunPlan, n_train: int, device: str = "auto") -> float | None:
-        """Estimated seconds of ``plan``'s run; None if no step of its kind (nor any other) was timed."""
+    def run_seconds(self, plan: RunPlan, n_train: int, device: str = "auto", *, done: int = 0) -> float | None:
+        """Estimated seconds of ``plan``'s run; None if no step of its kind (nor any other) was timed. ``done``: the
+        steps its checkpoint holds, which a continued run does not train again (its fixed features and its
+        evaluation it computes all the same)."""
         kind = step_kind(plan, n_train, device)
         rate = self.per_step.get(kind)
         features = self.features.get(kind, 0.0)
@@ -134,7 +136,7 @@ class Rates:
                 return None
             rate = float(np.mean([self.per_step[k] for k in same]))
             features = float(np.mean([self.features.get(k, 0.0) for k in same]))
-        return run_steps(plan, n_train) * rate + n_train * features + self.evaluation
+        return max(0, run_steps(plan, n_train) - done) * rate + n_train * features + self.evaluation
 
     @classmethod
     def from_runs(cls, runs: Iterable[tuple[RunPlan, Timing]], n_train: int) -> "Rates | None":

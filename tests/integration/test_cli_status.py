@@ -403,15 +403,30 @@ def test_plan_says_what_the_next_run_does_with_an_interrupted_run_s_checkpoint(t
                                                                                monkeypatch, changed):
     """`dpmed plan` of a study file edited after a run of it was stopped said nothing of the run's checkpoint: the
     user previewing the edit was not told that running it deletes the run's progress, nor, unedited, that the run
-    continues. It now says either, as status would against the study file, and `dpmed run` then does so."""
+    continues. It now says either, as status would against the study file, and `dpmed run` then does so. Its time
+    was estimated for all 12 steps, also where the run continues from step 4: now for the steps left there (the
+    probe's rate fixed at 1 s a step)."""
+    import dpmed.study
+    from dpmed.timing import Rates, StepKind
+
     path, out = tmp_path / "s.yaml", tmp_path / "out"
     path.write_text(tiny_text.replace("  - {name: base, mechanism: none}\n", ""))
     _stop_after_the_first_checkpoint(path, out, monkeypatch)
     edit, afresh = _EDITS[changed]
     path.write_text(path.read_text().replace(*edit))
     capsys.readouterr()
-    assert main(["plan", str(path), "--out", str(out), "--no-estimate"]) == 0
-    [line] = [line for line in capsys.readouterr().out.splitlines() if "interrupted:" in line]
+    second = Rates(per_step={StepKind(True, 1, 1, "dpmed", 1, "cpu"): 1.0}, evaluation=0.0)
+    with monkeypatch.context() as patched:
+        patched.setattr(dpmed.study, "probe_rates", lambda *args, **kwargs: second)
+        assert main(["plan", str(path), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    [line] = [line for line in printed if "interrupted:" in line]
+    [row] = [row for row in printed if row.startswith("dp_eps8_C1_seed0 ")]
+    [total] = [total for total in printed if total.startswith("estimated time:")]
+    left = 12 if afresh else 12 - int(re.search(r"at step (\d+) of 12", line)[1])
+    assert row.endswith(f"0:{left:02d}" + ("" if afresh else f" from step {12 - left}")), row
+    others = sum(bool(re.match(r"dp_eps8_C1_seed\d +dp_sgd ", row)) for row in printed) - 1   # 12 steps each
+    assert f"then 0:{left + 12 * others:02d} for the {others + 1} run" in total, total
     _run_as_told(line, path, out, caplog, afresh, against="the study file's")
 
 
