@@ -173,22 +173,25 @@ def _save_checkpoint(path: Path, **state) -> None:
 
 class _Progress:
     """How far a run is: a bar on a terminal, or (``log`` and no bar: a batch job's log file, a worker process) log
-    lines with the time left: after the first step of the session (the time left is known from it on), then at each
-    tenth of the steps, or each hundredth in runs of 1000 steps or more (at 224 px a tenth of 4000 steps is an hour on
-    a CPU); none at the last step, which the caller's "trained in" line follows. Which steps log depends on the step
-    counts alone, never on the time steps took: a DP-SGD step's time grows with the units Poisson sampling drew, and
-    lines paced by it would tell when the batches were large. Step counts and wall time only: nothing of the images,
-    the losses or which units were sampled.
+    lines with the time left: after each of the first two steps of the session, then at each tenth of the steps, or
+    each hundredth in runs of 1000 steps or more (at 224 px a tenth of 4000 steps is an hour on a CPU); none at the
+    last step, which the caller's "trained in" line follows. Which steps log depends on the step counts alone, never
+    on the time steps took: a DP-SGD step's time grows with the units Poisson sampling drew, and lines paced by it
+    would tell when the batches were large. Step counts and wall time only: nothing of the images, the losses or
+    which units were sampled.
 
     The time so far counts from ``began``, the training's start, as the "trained in" line does: the fixed features
     computed before the first step (minutes at 224 px) are part of it. The time left is the steps' own rate times the
-    steps left (the features are done by then), of training only: the evaluation follows it."""
+    steps left (the features are done by then), of training only: the evaluation follows it. The rate leaves out the
+    session's first step, which pays one-off costs (the first allocations and passes): extrapolated from it alone, the
+    first line of a phantom run said up to 4.6 times the training left (benchmarks/RESULTS.md, "The first step's
+    time"), so the first line tells no time left, and the second the rate of the second step."""
 
     def __init__(self, total: int, done: int, label: str, *, bar: bool, log: bool, began: float) -> None:
         self.total, self.done, self.first, self.label = total, done, done, label
-        self.began, self.start = began, time.perf_counter()
+        self.began = self.start = began     # start: reset at the end of the session's first step (`step`)
         parts = 100 if total >= 1000 else 10
-        marks = {done + 1} | {math.ceil(total * k / parts) for k in range(1, parts)}
+        marks = {done + 1, done + 2} | {math.ceil(total * k / parts) for k in range(1, parts)}
         self.marks = set() if bar or not log else marks - {total}
         # none at all where no bar is drawn: even a disabled tqdm starts a monitor thread that outlives the run and
         # fixes the caller's multiprocessing start method
@@ -198,11 +201,15 @@ class _Progress:
         if self.bar is not None:
             self.bar.update()
         self.done += 1
+        if self.done == self.first + 1:
+            self.start = time.perf_counter()       # the one-off costs end with the session's first step
         if self.done in self.marks:
             now = time.perf_counter()
-            left = (now - self.start) / (self.done - self.first) * (self.total - self.done)
-            _log.info("%s: step %d of %d (%d %%), %.0f s so far, about %.0f s of training left", self.label,
-                      self.done, self.total, 100 * self.done // self.total, now - self.began, left)
+            left = (f"time left known after step {self.done + 1}" if self.done == self.first + 1 else
+                    f"about {(now - self.start) / (self.done - self.first - 1) * (self.total - self.done):.0f} s of "
+                    "training left")
+            _log.info("%s: step %d of %d (%d %%), %.0f s so far, %s", self.label, self.done, self.total,
+                      100 * self.done // self.total, now - self.began, left)
 
     def close(self) -> None:
         if self.bar is not None:
