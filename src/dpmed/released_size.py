@@ -72,7 +72,8 @@ def count_margin(epsilon: float, confidence: float = COUNT_CONFIDENCE) -> int:
     (1 - a) / (1 + a) a^|z| (the discrete Laplace of Canonne, Kamath and Steinke 2020), so P(|Z| >= k) =
     2 a^k / (1 + a)."""
     a = math.exp(-epsilon)
-    k = math.ceil(math.log((1 - confidence) * (1 + a) / 2) / math.log(a))   # the smallest k with P(|Z| >= k) <= 1-c
+    # the smallest k with P(|Z| >= k) <= 1 - c; over -epsilon, not log(a): at epsilon 1e-9 log(a) is 3e-8 off
+    k = math.ceil(math.log((1 - confidence) * (1 + a) / 2) / -epsilon)
     return max(k - 1, 0)
 
 
