@@ -580,10 +580,10 @@ def test_a_count_rough_against_its_noise_is_told_once_with_its_interval_and_a_si
         prepared = _prepare(write_study, tmp_path, arms)
     count = prepared.sizes["patients"]
     told = [r.getMessage() for r in caplog.records if "is rough" in r.getMessage()]
-    opening = (f"the DP count of the training patients that DP-SGD plans from, {count}, is rough: at size_epsilon "
-               f"0.02, {count} +- 150 covers")
+    opening = (f"the DP count of the training patients, {count}, is rough at size_epsilon 0.02: the exact count lies "
+               f"within {count} +- 150 at 95 % confidence")
     assert len(told) == 1 and told[0].startswith(opening), told
-    assert "size_epsilon = 12 / n" in told[0] and "not from this count" in told[0]
+    assert "set size_epsilon = 12 / n, n a study size you may publish" in told[0] and "not this count" in told[0]
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="dpmed.study"):
         _prepare(write_study, tmp_path / "sharp", "size_epsilon: 1\n" + arms)

@@ -271,15 +271,12 @@ def _tell_rough_counts(plans: list[RunPlan]) -> None:
         told.add(dp.size_key)
         margin = count_margin(dp.size_epsilon)
         # the margin is about ln(1 / (1 - confidence)) / eps, so 4 ln 20 / n, 12 / n, makes it a quarter of n
-        _log.warning("the DP count of the training %s that DP-SGD plans from, %d, is rough: at size_epsilon %g, "
-                     "%d +- %d covers the exact count at 95%% confidence, so q = B / N, the expected batch and T "
-                     "(where epochs set it; training.steps does not read N) may be off by a factor of two or more; "
-                     "the eps claimed stays exact. size_epsilon = %d / n narrows that interval to a quarter of n "
-                     "units, its eps part of every DP-SGD run's; take n from what may be published of the study's "
-                     "size (its protocol, a registry), not from this count (a size_epsilon chosen from it releases a "
-                     "function of it, whose eps no card would count) nor from the data", dp.size_key,
-                     dp.released_count, dp.size_epsilon, dp.released_count, margin,
-                     round(4 * math.log(1 / (1 - COUNT_CONFIDENCE))))
+        _log.warning("the DP count of the training %s, %d, is rough at size_epsilon %g: the exact count lies within "
+                     "%d +- %d at %g %% confidence, so DP-SGD's q = B / N, expected batch and T by epochs may be off "
+                     "by a factor of two or more (its eps stays exact). To narrow it to +- n / 4, set size_epsilon = "
+                     "%d / n, n a study size you may publish (the protocol's), not this count nor the data; it adds "
+                     "to each DP-SGD run's eps", dp.size_key, dp.released_count, dp.size_epsilon, dp.released_count,
+                     margin, 100 * COUNT_CONFIDENCE, round(4 * math.log(1 / (1 - COUNT_CONFIDENCE))))
 
 
 def _dataset_summary(dataset: Dataset, sizes: Mapping[str, int] | None = None,
