@@ -199,15 +199,17 @@ def test_several_released_counts_are_told_apart_each_with_its_guarantee():
     from dpmed.released_size import describe_counts
 
     text = describe_counts({"images": 281, "images, at most 2 per patient": 256, "patients": 2180}, 0.02)
-    assert text == ("about 281 images; about 256 images, at most 2 per patient; about 2,180 patients (each a DP count: "
-                    "eps 0.02, delta 0, closed form (discrete Laplace), add/remove one of what it counts; a DP-SGD "
-                    "run's eps includes the count it was planned from)")
+    assert text == ("about 281 images, rough: +- 150 at 95 %; about 256 images, at most 2 per patient, rough: +- 150 "
+                    "at 95 %; about 2,180 patients (each a DP count: eps 0.02, delta 0, closed form (discrete "
+                    "Laplace), add/remove one of what it counts; a DP-SGD run's eps includes the count it was "
+                    "planned from)")
     assert describe_counts({"patients": 9}, 0.02, symbols=True) == (
-        "about 9 patients (a DP count: ε 0.02, δ 0, closed form (discrete Laplace), add/remove one of what it counts; "
-        "a DP-SGD run's ε includes it)")
+        "about 9 patients, rough: ± 150 at 95 % (a DP count: ε 0.02, δ 0, closed form (discrete Laplace), add/remove "
+        "one of what it counts; a DP-SGD run's ε includes it)")
     assert describe_counts({"patients": 9}, 0.02, reproducible=True) == (     # before: "a DP count" from a public seed
-        "about 9 patients (not DP: seed known (reproducible mode); as accounted, a DP count: eps 0.02, delta 0, closed "
-        "form (discrete Laplace), add/remove one of what it counts; a DP-SGD run's eps includes it)")
+        "about 9 patients, rough: +- 150 at 95 % (not DP: seed known (reproducible mode); as accounted, a DP count: "
+        "eps 0.02, delta 0, closed form (discrete Laplace), add/remove one of what it counts; a DP-SGD run's eps "
+        "includes it)")
     assert describe_counts({"patients": -100}, 0.02).startswith(       # before: "about -100 patients"
         "patients: -100 as drawn (the noise outweighs so few) (a DP count: eps 0.02")
 
@@ -404,3 +406,15 @@ def test_an_unrough_count_is_within_half_of_the_exact_size_in_95_percent_of_draw
         assert all(count_is_rough(c, 0.02) for c in counts if c <= 0)
         assert sum(abs(c - n) > c / 2 for c in quiet) <= 50, n
         assert (len(quiet) == 1000) is (n >= 2000), n          # rough at small sizes, never at large ones
+
+
+def test_a_rough_count_is_described_with_its_interval_where_the_report_and_plan_state_it():
+    """A reader of the report saw "about 97 patients (a DP count: ...)" and no word that q and T were planned from a
+    count that may be half or one and a half times the exact size, which only the run's terminal had warned of."""
+    from dpmed.released_size import describe_counts
+
+    assert describe_counts({"patients": 97, "images": 400}, 0.02).startswith(
+        "about 97 patients, rough: +- 150 at 95 %; about 400 images (each a DP count")
+    assert describe_counts({"patients": 97}, 0.02, symbols=True).startswith(
+        "about 97 patients, rough: ± 150 at 95 % (a DP count: ε 0.02")
+    assert describe_counts({"patients": 97}, 1.0).startswith("about 97 patients (a DP count")     # +- 3

@@ -55,10 +55,13 @@ def describe_counts(sizes: Mapping[str, int], epsilon: float, *, symbols: bool =
     includes the count it was planned from)", in ASCII for the terminal, or with ``symbols`` (ε, δ) for the report.
     Counts are separated by semicolons, as a key may hold a comma ("images, at most 2 per patient"). A count the
     noise took to 0 or below is written as drawn, with why, not as "about -100 patients". ``reproducible``: the
-    noise came from the study's published seed, so anyone can subtract it: the counts are labelled not DP."""
+    noise came from the study's published seed, so anyone can subtract it: the counts are labelled not DP. A rough
+    count (`count_is_rough`) says so with its 95 % interval, as planning's warning does (`dpmed.study`): a reader of
+    the report learns that q and T were planned from it."""
     eps, delta = ("ε", "δ") if symbols else ("eps", "delta")
-    counts = "; ".join(f"about {n:,} {key}" if n > 0 else f"{key}: {n:,} as drawn (the noise outweighs so few)"
-                       for key, n in sizes.items())
+    rough = f", rough: {'±' if symbols else '+-'} {count_margin(epsilon)} at {100 * COUNT_CONFIDENCE:g} %"
+    counts = "; ".join(f"about {n:,} {key}{rough if count_is_rough(n, epsilon) else ''}" if n > 0
+                       else f"{key}: {n:,} as drawn (the noise outweighs so few)" for key, n in sizes.items())
     each = "each a DP count" if len(sizes) > 1 else "a DP count"
     which = "the count it was planned from" if len(sizes) > 1 else "it"
     seeded = "not DP: seed known (reproducible mode); as accounted, " if reproducible else ""

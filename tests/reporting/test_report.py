@@ -165,13 +165,13 @@ def test_the_summary_gives_the_training_set_only_as_its_dp_count_where_dp_sgd_pl
     hidden = resolved.model_copy(update={"dataset": resolved.dataset.model_copy(update={
         "n_train": None, "n_train_patients": None, "released_sizes": {"patients": 9}, "size_epsilon": 0.02})})
     html = section(hidden)
-    assert ("in training about 9 patients (a DP count: ε 0.02, δ 0, closed form (discrete Laplace), add/remove one "
-            "of what it counts; a DP-SGD run&#x27;s ε includes it)" in html
+    assert ("in training about 9 patients, rough: ± 150 at 95 % (a DP count: ε 0.02, δ 0, closed form (discrete "
+            "Laplace), add/remove one of what it counts; a DP-SGD run&#x27;s ε includes it)" in html
             and "5 / 5 validation / test images" in html)
     assert "10 /" not in html and "8 training" not in html and "not DP" not in html
     seeded = hidden.model_copy(update={"study": hidden.study.model_copy(update={"privacy_randomness": "reproducible"})})
-    assert "in training about 9 patients (not DP: seed known (reproducible mode); as accounted, a DP count: ε 0.02" in (
-        section(seeded))     # its noise came from the published seed: anyone can subtract it
+    assert ("in training about 9 patients, rough: ± 150 at 95 % (not DP: seed known (reproducible mode); as accounted, "
+            "a DP count: ε 0.02" in section(seeded))     # its noise came from the published seed: anyone subtracts it
 
 
 def test_a_card_planned_from_a_count_below_the_batch_shows_the_count_beside_n(make_record):
