@@ -161,3 +161,20 @@ def test_the_time_left_leaves_out_what_the_first_step_pays_once(data, new_model,
     assert lines[:3] == ["train: step 1 of 20 (5 %), 10 s so far, time left known after step 2",
                          "train: step 2 of 20 (10 %), 11 s so far, about 18 s of training left",
                          "train: step 4 of 20 (20 %), 13 s so far, about 16 s of training left"]
+
+
+def test_a_resumed_session_leaves_out_its_own_first_step_not_the_run_s(monkeypatch, caplog):
+    """A run resumed at step 40 of 100 pays the one-off costs again at step 41, the session's first: the lines after
+    it and after step 42 come where a fresh run's after steps 1 and 2 do (42 is no tenth, so only that rule logs it),
+    and the rate is of steps 42 on (1 s each, step 41 10 s), not of the run's first step nor of step 41."""
+    now = [0.0]
+    monkeypatch.setattr(loop, "time", SimpleNamespace(perf_counter=lambda: now[0]))
+    shown = loop._Progress(100, 40, "train", bar=False, log=True, began=0.0)
+    with caplog.at_level(logging.INFO, logger="dpmed.training.loop"):
+        for step in range(41, 51):
+            now[0] += 10.0 if step == 41 else 1.0
+            shown.step()
+    assert [r.getMessage() for r in caplog.records] == [
+        "train: step 41 of 100 (41 %), 10 s so far, time left known after step 42",
+        "train: step 42 of 100 (42 %), 11 s so far, about 58 s of training left",
+        "train: step 50 of 100 (50 %), 19 s so far, about 50 s of training left"]
