@@ -239,8 +239,9 @@ def test_every_report_figure_is_written_to_png_by_one_function():
     from dpmed.reporting import figures, study_figures, threat_section
 
     sources = {p.name: p.read_text() for p in Path(dpmed.reporting.__file__).parent.glob("*.py")}
-    assert [name for name, text in sources.items() if ".savefig(" in text] == ["figures.py"]
-    assert sources["figures.py"].count(".savefig(") == 1
+    writers = (".savefig(", ".print_png(", ".print_figure(")
+    assert [name for name, text in sources.items() if any(w in text for w in writers)] == ["figures.py"]
+    assert sum(sources["figures.py"].count(w) for w in writers) == 1
     assert study_figures.png_bytes is threat_section.png_bytes is figures.png_bytes
 
 
@@ -742,3 +743,33 @@ def test_saving_the_figure_shows_the_layout_its_labels_were_placed_in_without_la
     png_bytes(fig)
     assert len(runs) == laid_out
     assert where() == placed
+
+
+@pytest.mark.parametrize("narrow", [False, True])
+def test_a_figure_is_drawn_once_to_be_saved_at_its_own_dpi(records, narrow, monkeypatch):
+    """`Figure.savefig` drew a figure with a layout engine twice: once with its output discarded, to lay it out,
+    and once to render it; a figure whose labels `fit_inside` placed keeps a placeholder engine, and was drawn for
+    nothing all the same. Each figure is now drawn once, and at its own dpi: savefig took a matplotlibrc's
+    ``savefig.dpi`` instead, which the type sizes of `FONT` do not assume."""
+    import io
+
+    import matplotlib
+    from matplotlib.figure import Figure
+    from PIL import Image
+
+    from dpmed.evaluation.summaries import Estimate
+    from dpmed.reporting.figures import png_bytes
+    from dpmed.reporting.study_figures import group_figure
+
+    draws = []
+    draw = Figure.draw
+    monkeypatch.setattr(Figure, "draw", lambda fig, renderer: draws.append(fig) or draw(fig, renderer))
+    estimate = Estimate(value=0.8, low=0.7, high=0.9)
+    for fig in (auroc_figure(records, narrow=narrow),       # laid out by fit_inside: a placeholder engine left
+                group_figure(["female", "male"], [("run", [estimate, estimate])], ylabel="test AUROC",
+                             title="AUROC by sex", narrow=narrow)):        # laid out when drawn
+        draws.clear()
+        with matplotlib.rc_context({"savefig.dpi": 300}):
+            png = png_bytes(fig)
+        assert draws == [fig]
+        assert Image.open(io.BytesIO(png)).size == tuple(round(v) for v in fig.get_size_inches() * fig.dpi)

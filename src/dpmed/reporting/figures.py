@@ -12,6 +12,7 @@ import textwrap
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure  # not pyplot: no global backend or figure state is touched
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
@@ -46,9 +47,15 @@ def plot_interval(ax: Any, at: float, value: float, low: float | None, high: flo
 
 
 def png_bytes(fig: Figure) -> bytes:
-    """A figure as PNG bytes, drawn at the figure's own size and dpi (the layouts' type sizes assume both)."""
+    """A figure as PNG bytes, drawn once, at the figure's own size and dpi (the layouts' type sizes assume both).
+
+    Printed by the Agg canvas, not `Figure.savefig`: savefig draws a figure with a layout engine twice, once with
+    its output discarded to lay it out and once to render, and a figure `fit_inside` already laid out keeps a
+    placeholder engine, so it too was drawn for nothing. The canvas's one drawing lays the figure out and renders
+    it, and the PNG is the same to the byte (every figure of a study's report compared); it also keeps a
+    matplotlibrc's ``savefig.dpi`` from redrawing the figure at a dpi its type sizes do not assume."""
     buf = io.BytesIO()
-    fig.savefig(buf, format="png")
+    FigureCanvasAgg(fig).print_png(buf)
     return buf.getvalue()
 
 
