@@ -53,8 +53,8 @@ def _apply_jacobian(grad_w_hat: Tensor, w_hat: Tensor, s: Tensor) -> Tensor:
 def _ws_per_example(m: WSConv2d, a: Tensor, g: Tensor, names: Names) -> Grads:
     out = _conv_per_example(m, a, g, names)                                     # grads of w_hat and of the bias
     if "weight" in names:
-        per = out["weight"]
-        w_hat, s = _kernel(m, per)                                                     # [B, C_out, C_in/G, kh, kw]
+        per = out["weight"]                                                     # [B, C_out, C_in/G, kh, kw]
+        w_hat, s = _kernel(m, per)
         out["weight"] = _apply_jacobian(per.reshape(per.shape[0], *w_hat.shape), w_hat, s).view_as(per)
     return out
 
