@@ -121,3 +121,48 @@ def test_a_noise_or_divisor_without_meaning_is_refused_not_run(field, value):
                   physical_batch_size=4, noise_rng=np.random.default_rng(0))
     with pytest.raises(ValueError, match=field):
         DpSgdStep(_tiny_model(), **{**kwargs, field: value})
+
+
+def _fail_once(monkeypatch, where: str, loss):
+    """``loss``, or Opacus's Linear sampler, or the clip, made to raise once: a step that runs out of memory there."""
+    left = [1]
+
+    def once(call):
+        def failing(*args, **kwargs):
+            if left:
+                left.pop()
+                raise RuntimeError(f"CUDA out of memory (forced, in the {where})")
+            return call(*args, **kwargs)
+        return failing
+
+    if where == "forward":
+        return once(loss)
+    if where == "backward":
+        from opacus import GradSampleModule
+        monkeypatch.setitem(GradSampleModule.GRAD_SAMPLERS, nn.Linear, once(GradSampleModule.GRAD_SAMPLERS[nn.Linear]))
+    else:
+        import dpmed.training.dp_sgd as dp_sgd
+        monkeypatch.setattr(dp_sgd, "clip_factors", once(dp_sgd.clip_factors))
+    return loss
+
+
+@pytest.mark.parametrize("where", ["forward", "backward", "clip"])
+def test_the_opacus_engine_steps_on_exactly_after_a_step_that_failed(monkeypatch, where):
+    """A call that fails inside Opacus's engine leaves none of its batch behind. Opacus keeps state on the layers and
+    parameters from its forward hooks to its backward ones (activations, forward counts, per-example gradients):
+    after a failure the next call of the same step found counts that never returned to 0 (no per-example gradients,
+    refused as a layer that is not batch-first) or an old per-example gradient beside the new one (a list, an
+    AttributeError), and every later call failed too. The failed call's ``p.grad`` held its batch's gradient,
+    unclipped and unnoised."""
+    x, y = _data()
+    settings = dict(max_grad_norm=1.0, noise_multiplier=0.0, expected_batch_size=1.0, physical_batch_size=6,
+                    noise_rng=np.random.default_rng(0), engine="opacus")
+    expected = DpSgdStep(_tiny_model(), loss_fn=_loss, **settings).clipped_sum(x, y)
+    model = _tiny_model()
+    step = DpSgdStep(model, loss_fn=_fail_once(monkeypatch, where, _loss), **settings)
+    with pytest.raises(RuntimeError, match="forced"):
+        step.clipped_sum(x, y)
+    assert all(p.grad is None for p in model.parameters())
+    for _ in range(2):
+        for a, b in zip(step.clipped_sum(x, y), expected, strict=True):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)

@@ -92,6 +92,7 @@ class OpacusClipper:
         self.model = model
         self.module = GradSampleModule(model, batch_first=True, loss_reduction="sum")   # validates, and hooks
         self.module.remove_hooks()
+        self.hooked = list(self.module.iterate_submodules(model))     # the modules whose hooks keep state
         trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         self.names, self.params = [n for n, _ in trainable], [p for _, p in trainable]
         self.norm_order = norm_order
@@ -106,8 +107,29 @@ class OpacusClipper:
                 # that case, which is expected here and changes nothing. Scoped to this call, this message only.
                 warnings.filterwarnings("ignore", message="Full backward hook is firing", category=UserWarning)
                 loss.backward()
+            return self._clip(x, max_grad_norm, groups)
         finally:
             self.module.remove_hooks()
+            self._forget()
+
+    def _forget(self) -> None:
+        """Drop what Opacus's hooks keep from one call to the next, however the call ended: a call that failed (out
+        of memory, a refusal) left its batch's activations on the layers it had reached, their forward counts
+        raised, per-example gradients made or half made and ``p.grad`` holding the batch's gradient unclipped and
+        unnoised. Left there, the next call of the clipper (a caller retrying the step) failed however it was fed:
+        counts that never fell back to 0 left it no per-example gradients, an old one beside a new made a list of
+        them, and the old activations held their memory."""
+        for p in self.params:
+            p.grad_sample, p.grad, p._forward_counter = None, None, 0
+            if hasattr(p, "_current_grad_sample"):
+                del p._current_grad_sample
+        for module in self.hooked:
+            for name in ("activations", "max_batch_len"):
+                if hasattr(module, name):
+                    delattr(module, name)
+
+    def _clip(self, x: Tensor, max_grad_norm: float, groups: Tensor | None) -> list[Tensor]:
+        """The clipped sum from the per-example gradients the hooks left on the parameters."""
         grads = [p.grad_sample for p in self.params]                            # each [b, *p.shape]
         for name, g in zip(self.names, grads):
             # Opacus reads a layer's rows as examples, as dpmed's engine does (`clipping._Tape._check_batch_first`):
@@ -129,11 +151,7 @@ class OpacusClipper:
         factor = clip_factors(norms, max_grad_norm)
         if not bool(torch.isfinite(norms).all()):            # an overflowing unit contributes nothing (finite_rows)
             grads = [finite_rows(g, factor > 0) for g in grads]
-        sums = [torch.einsum("b,b...->...", factor, g) for g in grads]
-        for p in self.params:
-            p.grad_sample = None
-            p.grad = None
-        return sums
+        return [torch.einsum("b,b...->...", factor, g) for g in grads]
 
 
 # name -> clipper class; every engine takes (model, *, norm_order), keeps it as ``.model`` and offers
