@@ -59,6 +59,7 @@ CSV = ("source: csv, path: t.csv, image_size: 16, labels: [finding], "
     ([""], "{official: true, shared_patients: keep, seed: 3}",
      ["data.split.official", "data.split.shared_patients"]),
     (["train"] * 4 + ["val", "test"], "{official: false, val_fraction: 0.2, seed: 3}", []),
+    (["train"] * 4 + [""], "{official: false, seed: 3}", ["data.split.official"]),
 ])
 def test_a_split_setting_the_layout_turns_off_is_told_once_the_data_are_read(write_study, tmp_path, caplog, splits,
                                                                             given, unread):

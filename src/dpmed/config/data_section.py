@@ -12,6 +12,7 @@ from pydantic import AfterValidator, Field, ValidationInfo, field_validator, mod
 
 from dpmed.data import DATASET_SOURCES, DataRequest, Dataset, Preprocessing, SplitPlan
 from dpmed.data.cohorts import PatientSelection
+from dpmed.data.formats.chest_xray import views_unnamed
 from dpmed.mechanisms import Strict as _Strict
 
 
@@ -250,25 +251,33 @@ class DataConfig(_Strict):
         return off
 
     def settings_the_data_turn_off(self, dataset: Dataset) -> list[tuple[str, str]]:
-        """(key, what turns it off) for each split setting the file gives that ``dataset``, once read, leaves unread:
-        the fraction of a split its layout publishes (kept as published), ``split.seed`` where it publishes both
-        validation and test (nothing is carved), ``official`` and ``shared_patients`` where it publishes neither
-        (every image is carved either way). Found from which splits the layout publishes, as study.yaml shows it
-        (``Dataset.source["split"]``), never from a count of its images; those `settings_turned_off` tells of already
-        are left to it."""
+        """(key, what turns it off) for each setting the file gives that ``dataset``, once read, leaves unread:
+        ``views: all`` where no table names its films' views (every film is read unset too:
+        `dpmed.data.formats.chest_xray`); the fraction of a split its layout publishes (kept as published),
+        ``split.seed`` where it publishes both validation and test (nothing is carved), ``official`` (true or false)
+        and ``shared_patients`` where it publishes neither (every image is carved either way). Found from the
+        reader's notes and which splits the layout publishes (``Dataset.source``), never from a count of its images;
+        those `settings_turned_off` tells of already are left to it."""
+        off = []
+        if "views" in self.model_fields_set and self.views == "all" and views_unnamed(dataset.source.get("views", "")):
+            off.append(("views", f"{dataset.name} names no film's view (every film is read without it)"))
         split, made = self.split, dataset.source.get("split")
-        if split is None or not isinstance(made, Mapping) or not made.get("official"):
-            return []
+        if split is None or not isinstance(made, Mapping):
+            return off
         given = split.model_fields_set - {key.removeprefix("split.") for key, _ in self.settings_turned_off()}
+        neither = f"{dataset.name} publishes no validation or test split (every image is divided by the fractions)"
+        if not made.get("official"):    # false, on a layout that publishes neither, carves what true carves
+            if "official" in given and made.get("layout_publishes") == []:
+                off.append(("split.official", neither))
+            return off
         published = [name for name in ("val", "test") if name in made.get("published", ())]
         words = {"val": "validation", "test": "test"}
-        off = [(f"split.{name}_fraction", f"{dataset.name} publishes its {words[name]} split, kept as published")
-               for name in published if f"{name}_fraction" in given]
+        off += [(f"split.{name}_fraction", f"{dataset.name} publishes its {words[name]} split, kept as published")
+                for name in published if f"{name}_fraction" in given]
         if "seed" in given and len(published) == 2:
             off.append(("split.seed", f"{dataset.name} publishes its validation and test splits, so none is carved"))
         if not published:
-            off += [(f"split.{key}", f"{dataset.name} publishes no validation or test split (every image is divided "
-                                     "by the fractions)") for key in ("official", "shared_patients") if key in given]
+            off += [(f"split.{key}", neither) for key in ("official", "shared_patients") if key in given]
         return off
 
     @field_validator("seed")

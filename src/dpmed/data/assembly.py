@@ -203,8 +203,8 @@ def assemble_dataset(manifest: Manifest, *, preprocessing: Preprocessing, split:
     pool = np.flatnonzero((published == "train") | (published == ""))
     # Which splits the layout publishes is decided on all its rows: a published split whose rows were all left out
     # is an empty split (an error below), never silently replaced by a carved one.
-    announced = set(manifest.splits.tolist()) if split.official else set()
-    missing = [name for name in ("val", "test") if name not in announced]
+    layout = [name for name in ("val", "test") if name in set(manifest.splits.tolist())]
+    missing = [name for name in ("val", "test") if name not in layout or not split.official]
     fractions = {"val": split.val_fraction, "test": split.test_fraction}
     if missing and len(pool):
         shares = [1.0 - sum(fractions[m] for m in missing)] + [fractions[m] for m in missing]
@@ -279,6 +279,8 @@ def assemble_dataset(manifest: Manifest, *, preprocessing: Preprocessing, split:
                   # blank) reads that row alone, and blank rows train alike
                   "official": split.official, "published": [name for name in ("val", "test") if name not in missing],
                   "carved": missing if len(pool) else [], "shared_patients": split.shared_patients, **shared,
+                  # kept or not: where it publishes neither, official: false carves what true does
+                  "layout_publishes": layout,
                   "patients_crossing_splits": len(crossing)},
         "decode": {"images": len(decoded.images), "seconds": round(decoded.seconds, 3), "from_cache": decoded.cached,
                    "cache_key": decoded.key},

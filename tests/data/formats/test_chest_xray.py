@@ -217,6 +217,24 @@ def test_chexpert_reads_frontal_films_unless_every_view_is_asked_for(chexpert, w
 # --- MIMIC-CXR-JPG ------------------------------------------------------------------------------------------------
 
 
+def test_views_all_is_told_unread_only_where_no_table_names_a_film_s_view(chexpert, load_layout):
+    """views: all reads every film, as leaving it unset does where no table names the views: told as changing nothing
+    then (`DataConfig.settings_the_data_turn_off`), and not while one of CheXpert's two tables names them."""
+    from dpmed.config.data_section import DataConfig
+
+    config = DataConfig.model_validate({"source": "chexpert", "path": str(chexpert), "views": "all"})
+
+    def unread() -> list[str]:
+        return [key for key, _ in config.settings_the_data_turn_off(load_layout("chexpert", chexpert, views="all"))]
+
+    assert unread() == []
+    for name in ("valid.csv", "train.csv"):
+        rows = [line.split(",") for line in (chexpert / name).read_text().splitlines()]
+        column = rows[0].index("Frontal/Lateral")
+        (chexpert / name).write_text("\n".join(",".join(r[:column] + r[column + 1:]) for r in rows) + "\n")
+        assert unread() == ([] if name == "valid.csv" else ["views"])
+
+
 def test_mimic_study_labels_official_split_and_demographics(mimic, load_layout, no_patient_crosses):
     m = read_mimic(mimic, findings=("No Finding", "Enlarged Cardiomediastinum"), uncertain="ones")
     # study k writes finding j as ["1.0", "0.0", "-1.0", ""][(k + j) % 4]; -1 -> 1 (ones), blank -> 0

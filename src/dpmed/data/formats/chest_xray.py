@@ -40,7 +40,7 @@ if TYPE_CHECKING:   # pandas is imported where a table is read: the study file's
 _log = logging.getLogger(__name__)
 
 __all__ = ["read_chexpert", "read_nih", "read_mimic", "CHEXPERT_FINDINGS", "CHEXPERT_COMPETITION", "NIH_FINDINGS",
-           "UNCERTAIN_POLICIES"]
+           "UNCERTAIN_POLICIES", "views_unnamed"]
 
 CHEXPERT_FINDINGS = (
     "No Finding", "Enlarged Cardiomediastinum", "Cardiomegaly", "Lung Opacity", "Lung Lesion", "Edema",
@@ -82,6 +82,15 @@ def _chexpert_path(root: Path, value: str) -> Path:
     return root.joinpath(*parts)
 
 
+_NAMES_NO_VIEW = "names none)"    # the end of a table's views rule where the table names no film's view
+
+
+def views_unnamed(rule: str) -> bool:
+    """Whether ``rule``, a reader's ``views`` note (its tables' rules joined by "; "), says that no table names its
+    films' views: every film is then read, and ``data.views: all`` reads what leaving it unset reads."""
+    return all(part.endswith(_NAMES_NO_VIEW) for part in rule.split("; "))
+
+
 def _views_kept(frame: pd.DataFrame, column: str, frontal: Sequence[str], views: str | None,
                 table: Path) -> tuple[pd.DataFrame, str]:
     """(the rows of ``frame`` that ``views`` keeps, with their original index; the rule in words). ``views``: "all",
@@ -89,13 +98,13 @@ def _views_kept(frame: pd.DataFrame, column: str, frontal: Sequence[str], views:
     frontal where the table has ``column``, else every row (module docstring)."""
     if views not in (None, "frontal", "all"):
         raise DataError(f"views must be frontal or all, got {views!r}")
-    if views == "all":
-        return frame, "every view"
-    if column not in frame.columns:
+    if column not in frame.columns:     # all reads what unset reads, and says so alike
         if views == "frontal":
             raise DataError(f"{table} has no {column!r} column, so data.views: frontal cannot tell its frontal films "
                             f"from lateral ones: add the column (the published table has it), or set data.views: all")
-        return frame, f"every view ({table.name} names none)"
+        return frame, f"every view ({table.name} {_NAMES_NO_VIEW}"
+    if views == "all":
+        return frame, "every view"
     keep = frame[column].str.upper().isin([v.upper() for v in frontal])
     if len(frame) and not keep.any():
         raise DataError(f"{table}: no film's {column} is {' or '.join(frontal)} (data.views reads frontal films only, "
