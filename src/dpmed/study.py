@@ -36,7 +36,6 @@ from dpmed.accounting import Ledger
 from dpmed.audit import AuditRecord, max_canaries, read_audit
 from dpmed.budget import check_budget, study_privacy
 from dpmed.config import RunPlan, Study, check_study, load_study, plan_runs
-from dpmed.config.schema import describe_removal
 from dpmed.data import Dataset, images_per_patient, read_dataset
 from dpmed.errors import ConfigError
 from dpmed.evaluation.version import evaluated_by
@@ -236,10 +235,9 @@ def _tell_settings_the_data_turn_off(study: Study, dataset: Dataset) -> None:
     """Warn of each setting the study gives that its data, once read, leave unread
     (`Study.settings_the_data_turn_off`), as `dpmed.config.loading` warns of one another setting turns off, but
     before any training rather than where the file is read, where the data are not yet known; `dpmed plan` says it
-    too. Dropping it trains no finished run again (`dpmed.config.schema.describe_removal`)."""
+    too. Dropping it trains no finished run again (`Study.removal`, which names the --set that gave it)."""
     for key, why in study.settings_the_data_turn_off(dataset):
-        _log.warning("%s changes nothing, as %s; remove it from the study file, or the --set that gives it (%s)",
-                     key, why, describe_removal(key))
+        _log.warning("%s changes nothing, as %s; %s", key, why, study.removal(key))
 
 
 def _tell_whole_batches(plans: list[RunPlan]) -> None:

@@ -90,8 +90,7 @@ def test_a_kermany_layout_with_a_small_published_validation_names_val_fraction_o
     assert any("publishes a validation split of only 6 images" in line for line in said), said
     assert [line for line in said if "val_fraction" in line] == [
         "data.split.val_fraction changes nothing, as chest_xray publishes its validation split, kept as published; "
-        "remove it from the study file, or the --set that gives it (runs that finished with it are the same runs "
-        "without it)"], said
+        "remove it from the study file (runs that finished with it are the same runs without it)"], said
 
 
 def test_mask_and_age_settings_are_told_where_the_data_hold_no_masks_or_ages(write_study, tmp_path, caplog):
@@ -122,17 +121,23 @@ def test_the_quickstart_study_is_told_of_no_setting_the_data_turn_off(tmp_path, 
     assert _warnings(caplog) == []
 
 
-def test_dpmed_run_tells_it_on_the_terminal_and_in_the_private_log(write_study, tmp_path, capsys):
+@pytest.mark.parametrize("command", ["run", "plan"])
+def test_dpmed_run_and_plan_tell_it_naming_the_set_that_gave_it(write_study, tmp_path, capsys, command):
+    """The key is blamed on the --set that gave it, not on a study file that does not hold it: `dpmed run` validates
+    the loaded study again (`check_study`), which keeps where its keys were given."""
     _table(tmp_path, ["train"] * 4 + ["val", "test"])
-    path = write_study(f"name: s\ndata: {{{CSV}}}\n{SMALL}{EVALUATION}{ARMS}")
-    assert main(["run", str(path), "--out", str(tmp_path / "out"), "--no-progress",
-                 "--set", "data.split.val_fraction=0.3"]) == 0
-    said = "data.split.val_fraction changes nothing, as t publishes its validation split"
+    path = write_study(f"name: s\ndata: {{{CSV}, split: {{seed: 3}}}}\n{SMALL}{EVALUATION}{ARMS}")
+    assert main([command, str(path), "--out", str(tmp_path / "out"), "--no-progress" if command == "run" else
+                 "--no-estimate", "--set", "data.split.val_fraction=0.3"]) == 0
+    said = ("data.split.val_fraction changes nothing, as t publishes its validation split, kept as published; remove "
+            "it from --set data.split.val_fraction=0.3 (")
     told = [line for line in capsys.readouterr().err.splitlines() if "changes nothing" in line]
-    # only the key given: run_study validates the loaded study again, and a default (the fairness attributes this
+    # only the keys given: run_study validates the loaded study again, and a default (the fairness attributes this
     # table records none of, the test fraction of its published test split) is no setting of the user's
-    assert len(told) == 1 and said in told[0], told
-    assert said in (tmp_path / "out" / "s" / "private" / "dpmed.log").read_text()
+    assert len(told) == 2 and said in told[0], told
+    assert "data.split.seed changes nothing" in told[1] and "remove it from the study file (" in told[1], told
+    if command == "run":
+        assert said in (tmp_path / "out" / "s" / "private" / "dpmed.log").read_text()
 
 
 def test_a_run_finished_with_a_data_setting_turned_off_is_the_same_run_without_it(write_study, tmp_path):

@@ -289,7 +289,7 @@ def check_study(study: schema.Study) -> schema.Study:
         check_run_ids(checked)
     except ValueError as exc:
         raise ConfigError(f"the Study passed to run_study: {exc}") from None
-    return checked
+    return checked.given_with(study._origins)     # where its keys were given, which no dump holds
 
 
 def load_study(path: str | Path | None = None, overrides: Mapping[str, Any] | None = None, *,
@@ -364,34 +364,33 @@ def load_study(path: str | Path | None = None, overrides: Mapping[str, Any] | No
         check_run_ids(study)
     except ValueError as exc:
         raise ConfigError(f"study file {path}: {exc}") from None
-    _tell_settings_turned_off(study, path, origins)
+    study = study.given_with(origins)
+    _tell_settings_turned_off(study, path)
     try:
-        return _with_paths_resolved(study, path, origins)
+        return _with_paths_resolved(study, path)
     except (OSError, ValueError) as exc:   # a name too long for the file system, a NUL byte in it
         raise ConfigError(f"study file {path}: a path in it cannot be used ({exc}); fix data.path, model.weights "
                           "or pretrain.data.path") from None
 
 
-def _tell_settings_turned_off(study: schema.Study, path: Path, origins: Mapping[str, str]) -> None:
+def _tell_settings_turned_off(study: schema.Study, path: Path) -> None:
     """Warn of each setting the study gives that another setting turns off (`Study.settings_turned_off`): it was
     ignored without a word, and a user took it for a change. Not refused: a study file is no mistake to stop for.
-    Dropping it trains no finished run again (`schema.describe_removal` says why). One an option set (``origins``:
-    key as set -> how, e.g. ``--set training.lr_schedule.gamma=0.5``) is blamed on the option: the study file may
-    not hold it at all."""
+    Dropping it trains no finished run again (`schema.describe_removal` says why). One an option set
+    (`Study.origin`, e.g. ``--set training.lr_schedule.gamma=0.5``) is blamed on the option: the study file may not
+    hold it at all."""
     for key, why in study.settings_turned_off():
-        given = next((origin for at, origin in origins.items() if key == at or key.startswith(f"{at}.")), None)
+        given = study.origin(key)
         _log.warning("%s: %s changes nothing, as %s; remove it (%s)",
                      f"study file {path}" if given is None else f"{given} (with study file {path})", key, why,
                      schema.describe_removal(key))
 
 
-def _with_paths_resolved(study: schema.Study, path: Path, origins: Mapping[str, str]) -> schema.Study:
+def _with_paths_resolved(study: schema.Study, path: Path) -> schema.Study:
     """``study`` with its paths absolute where relative: a path written in the study file is read from the file's
-    folder, one given outside it (an override: --set, as --data-path) from the current folder, where the user typed
-    it; ConfigError where one does not exist."""
-    def origin(key: str) -> str | None:
-        """How the user gave ``key`` outside the file (e.g. "--set model.weights=w.pt"), or None."""
-        return next((said for at, said in origins.items() if key == at or key.startswith(f"{at}.")), None)
+    folder, one given outside it (an override: --set, as --data-path; `Study.origin`) from the current folder, where
+    the user typed it; ConfigError where one does not exist."""
+    origin = study.origin
     outside = {key for key in ("data.path", "model.weights", "pretrain.data.path") if origin(key) is not None}
     given = study.data.path
     data_path, rule = (None, "") if given is None else schema.absolute_path(given, path.parent,

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import Field, PrivateAttr, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from dpmed.config.data_section import (ColumnsConfig, DataConfig, NormalizeConfig, PatientsConfig,
@@ -537,6 +537,9 @@ class Study(_Strict):
     privacy_budget: PrivacyBudget | None = None
     pretrain: PretrainConfig | None = None
     arms: list[Arm]
+    # How each key given outside the study file was given (the key as set -> e.g. "--set data.split.seed=3"), for
+    # warnings told once the data are read: held by the loaded study (`given_with`), in no file it writes
+    _origins: dict[str, str] = PrivateAttr(default_factory=dict)
 
     @model_validator(mode="before")
     @classmethod
@@ -595,6 +598,22 @@ class Study(_Strict):
             sections += [("pretrain.training", self.pretrain.training.settings_turned_off()),
                          ("pretrain.data", self.pretrain.data.settings_turned_off(size_from_study=True))]
         return [(f"{name}.{key}", why) for name, off in sections for key, why in off]
+
+    def given_with(self, origins: Mapping[str, str]) -> "Study":
+        """This study, holding how each key of ``origins`` was given outside the study file (`origin`)."""
+        study = self.model_copy()
+        study._origins = dict(origins)
+        return study
+
+    def origin(self, key: str) -> str | None:
+        """How the user gave ``key`` outside the study file (e.g. "--set data.split.seed=3", or the --set of a section
+        that holds it), or None: given in the file, or by a caller that said nothing of where (`given_with`)."""
+        return next((said for at, said in self._origins.items() if key == at or key.startswith(f"{at}.")), None)
+
+    def removal(self, key: str) -> str:
+        """Where to remove ``key``, a setting that changes nothing, and what that does to finished runs
+        (`describe_removal`): from the option that gave it, or the study file."""
+        return f"remove it from {self.origin(key) or 'the study file'} ({describe_removal(key)})"
 
     def settings_the_data_turn_off(self, dataset: Dataset) -> list[tuple[str, str]]:
         """(dotted key, what turns it off) for every setting of the study that ``dataset``, once read, leaves unread
