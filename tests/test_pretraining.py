@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import gc
 import hashlib
+import logging
 import re
 import weakref
 from pathlib import Path
@@ -483,6 +484,31 @@ def test_the_public_set_read_again_for_the_overlap_check_is_dropped_before_the_c
                        match="trained although" if refusal is None else refusal):
         prepare_start(study, private, StudyFolder(tmp_path / "out"))
     assert reads == ([((16, 16), 0)] if refusal else [((16, 16), 0), ((20, 20), 0)])
+
+
+def test_a_public_data_setting_the_public_data_leave_unread_is_told_before_pretraining(private, tmp_path, monkeypatch,
+                                                                                      caplog):
+    """pretrain.data's split keys are read as the study's are: a fraction of a split the public layout publishes
+    changes nothing (the cache key hashes the public images, not the keys), and is told once the public data are read
+    and before anything trains, naming the --set that gave it; the fraction of the split it carves is not told."""
+    public = _png_table(tmp_path / "public", np.random.default_rng(0).integers(0, 256, (40, 16, 16), dtype=np.uint8),
+                        [f"q{i}" for i in range(40)])
+    table = Path(public["path"])
+    rows = table.read_text().splitlines()
+    table.write_text("\n".join([f"{rows[0]},split", *(f"{row},{'val' if i % 5 == 0 else ''}"
+                                                      for i, row in enumerate(rows[1:]))]) + "\n")
+    public["columns"]["split"] = "split"
+    monkeypatch.setattr(pretraining, "train", _no_training)
+    said = ("pretrain.data.split.val_fraction changes nothing, as labels publishes its validation split, kept as "
+            "published; remove it from --set pretrain.data.split.val_fraction=0.3 (runs that finished with it are the "
+            "same runs without it)")
+    for split, told in (({"test_fraction": 0.2}, []), ({"val_fraction": 0.3, "test_fraction": 0.2}, [said])):
+        study = _study(pretrain={**PUBLIC, "data": {**public, "split": split}}).given_with(
+            {"pretrain.data.split.val_fraction": "--set pretrain.data.split.val_fraction=0.3"})
+        caplog.clear()
+        with caplog.at_level(logging.WARNING), pytest.raises(AssertionError, match="trained although"):
+            prepare_start(study, private, StudyFolder(tmp_path / "out"))
+        assert [r.getMessage() for r in caplog.records if "changes nothing" in r.getMessage()] == told
 
 
 def test_the_cache_key_hashes_the_public_images_where_they_are_not_a_copy_of_them():

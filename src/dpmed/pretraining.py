@@ -187,6 +187,14 @@ def _cached(where: Path) -> PretrainRecord | None:
     return _located(record, where)
 
 
+def _tell_settings_the_data_turn_off(study: Study, public: Dataset) -> None:
+    """Warn of each ``pretrain.data`` setting that the public data, once read, leave unread
+    (`DataConfig.settings_the_data_turn_off`), as `dpmed.study` warns of the study's own; only `dpmed run` reads
+    them. Dropping it trains no weights again: they are cached by the public images' content, not these keys."""
+    for key, why in study.pretrain.data.settings_the_data_turn_off(public):
+        _log.warning("pretrain.data.%s changes nothing, as %s; %s", key, why, study.removal(f"pretrain.data.{key}"))
+
+
 def pretrain(study: Study, private: Dataset, folder: StudyFolder, *, progress: bool = True) -> PretrainRecord:
     """Steps 1-3 of the module docstring: the pretrain stage's record, its weights trained now or found cached.
     DataError if the public set overlaps ``private``; ConfigError if its images do not fit the private model."""
@@ -200,6 +208,7 @@ def pretrain(study: Study, private: Dataset, folder: StudyFolder, *, progress: b
     overlap = None if checked is None else _refuse_overlap(checked, private, config)
     del checked
     public = read_dataset(request)
+    _tell_settings_the_data_turn_off(study, public)
     if public.train.image_shape[0] != private.train.image_shape[0]:
         raise ConfigError(f"pretrain.data gives {public.train.image_shape[0]}-channel images, the private data "
                           f"{private.train.image_shape[0]}-channel ones; set pretrain.data.channels to "
