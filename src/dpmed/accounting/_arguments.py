@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import numbers
 import operator
+from typing import SupportsIndex
 
 __all__ = ["real", "positive", "probability", "count", "ANALYSED_NOISES", "check_accountant_noise"]
 
@@ -58,7 +59,7 @@ def probability(name: str, value: object, *, include_one: bool, hint: str = "") 
 def count(name: str, value: object, *, minimum: int, hint: str = "") -> int:
     """``value`` as a Python int >= ``minimum`` (numpy integers accepted; floats and bools are not)."""
     try:
-        if isinstance(value, bool):
+        if isinstance(value, bool) or not isinstance(value, SupportsIndex):
             raise TypeError
         value = operator.index(value)
     except TypeError:

@@ -48,7 +48,8 @@ def _loss_cumulants(mu: float, q: float) -> tuple[tuple[float, ...], tuple[float
         size = math.sqrt(expect(lambda z: loss(z) ** 2, components, 0.0))
         mean = expect(loss, components, 1e-10 * size)
         m2 = expect(lambda z: (loss(z) - mean) ** 2, components, 0.0)
-        m3, m4 = (expect(lambda z, k=k: (loss(z) - mean) ** k, components, 1e-10 * m2 ** (k / 2)) for k in (3, 4))
+        m3 = expect(lambda z: (loss(z) - mean) ** 3, components, 1e-10 * m2 ** 1.5)
+        m4 = expect(lambda z: (loss(z) - mean) ** 4, components, 1e-10 * m2 ** 2)
         return mean, m2, m3, m4 - 3 * m2 * m2
 
     return cumulants([(1.0, 0.0)]), cumulants([(1 - q, 0.0), (q, mu)])

@@ -465,7 +465,7 @@ def ledger_epsilon(ledger: Ledger, *, delta: float, accountant: str = "pld") -> 
     if len(ledger.dp_sgd_events) != len(ledger.events):
         raise ValueError("the ledger holds a local DP image release: that is a separate guarantee (any two images "
                          "are neighbours); report it with laplace_image_epsilon or gaussian_image_epsilon")
-    return _epsilon(ledger.events, delta=delta, accountant=accountant)
+    return _epsilon(ledger.dp_sgd_events, delta=delta, accountant=accountant)
 
 
 def dp_sgd_schedule(n_train: int, *, batch_size: int, epochs: int) -> tuple[float, int]:

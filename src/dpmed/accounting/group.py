@@ -184,7 +184,8 @@ def patient_epsilon(patient_events: Sequence[DpSgdEvent], image_groups: Sequence
     fallback: its RDP accountant does not compose the mixture of Gaussians."""
     delta = _arguments.probability("delta", delta, include_one=False, hint="the study's delta")
     patient_events = [e for e in patient_events if e.steps > 0]
-    merged = Counter()                # seeds of one setting: one mixture PMF, composed over all of their steps
+    # seeds of one setting: one mixture PMF, composed over all of their steps
+    merged: Counter[tuple[float, float, int]] = Counter()
     for group in image_groups:
         e = group.event
         if e.steps > 0:
