@@ -18,7 +18,7 @@ adds that count's eps (``size_epsilon``) by basic composition; its noise is cali
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Literal, Mapping
 
 import numpy as np
 from pydantic import Field, field_validator, model_validator
@@ -213,14 +213,15 @@ def _cap(arm: DpSgdArm, context: PlanContext) -> int | None:
     return arm.max_images_per_patient if context.patients_known else None
 
 
-def _counts(arm: DpSgdArm, context: PlanContext) -> tuple[str, np.ndarray, int]:
+def _counts(arm: DpSgdArm, context: PlanContext) -> tuple[Literal["patient", "image"], np.ndarray, int]:
     """(the arm's unit, images per training patient after its cap, the exact number of its training units)."""
     counts = context.images_per_patient
-    if _cap(arm, context) is not None:
-        counts = np.minimum(counts, _cap(arm, context))
+    cap = _cap(arm, context)
+    if cap is not None:
+        counts = np.minimum(counts, cap)
     # Without patient ids the patient cannot be the unit: every image would pass for a patient of its own, and the
     # card would promise "one patient" for what protects one image. The unit is then the image, and the card says why.
-    unit = arm.privacy_unit if context.patients_known else "image"
+    unit: Literal["patient", "image"] = arm.privacy_unit if context.patients_known else "image"
     return unit, counts, int(len(counts) if unit == "patient" else counts.sum())
 
 
@@ -276,7 +277,7 @@ def patient_guarantee(plan: DpSgdPlan, k: int, cache: dict, *,
                           tight_epsilon=tight, statement=text)
 
 
-def _plan(arm: DpSgdArm, swept: dict, context: PlanContext) -> DpSgdPlan:
+def _plan(arm: DpSgdArm, swept: Mapping[str, float], context: PlanContext) -> DpSgdPlan:
     """q = B / N and T over the N units (``training.steps``, or epochs * round(N / B), or ``epochs: auto``'s
     max(10 epochs, 500 steps); `base.training_steps`); delta; the certifying accountant; sigma."""
     unit, _, exact = _counts(arm, context)
@@ -332,8 +333,9 @@ def _plan(arm: DpSgdArm, swept: dict, context: PlanContext) -> DpSgdPlan:
     except ValueError as exc:
         raise ConfigError(f"arm {arm.name!r}: {exc}" + (" (batch_size counts patients: privacy_unit is patient)"
                                                         if unit == "patient" else "")) from None
-    sigma = swept.get("noise_multiplier")
-    if sigma is None:
+    if target is None:   # the arm gives the noise itself (`DpSgdArm` takes exactly one of the two)
+        sigma = swept["noise_multiplier"]
+    else:
         key = (target - size_epsilon, delta, q, steps, accountant, arm.noise)
         if key not in context.cache:
             try:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, Mapping
 
 from dpmed.accounting import Ledger
 from dpmed.mechanisms.base import ArmBase, MechanismInfo, PlanContext, PrivacyCard, Strict
@@ -21,7 +21,7 @@ class NoPrivacyPlan(Strict):
     mechanism: Literal["none"] = "none"
 
 
-def _plan(arm: NoPrivacyArm, swept: dict, context: PlanContext) -> NoPrivacyPlan:
+def _plan(arm: NoPrivacyArm, swept: Mapping[str, float], context: PlanContext) -> NoPrivacyPlan:
     return NoPrivacyPlan()
 
 

@@ -12,7 +12,7 @@ the analytic Gaussian's (eps, delta) is not known to hold for the run, and its c
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Mapping
 
 import numpy as np
 from pydantic import Field, field_validator, model_validator
@@ -86,7 +86,7 @@ class PixelGaussianPlan(Strict):
     target_epsilon_image: float | None = None
 
 
-def _plan(arm: PixelGaussianArm, swept: dict, context: PlanContext) -> PixelGaussianPlan:
+def _plan(arm: PixelGaussianArm, swept: Mapping[str, float], context: PlanContext) -> PixelGaussianPlan:
     # delta is per image ("any two images"), and the N training images are each released under it
     refuse_vacuous_delta(f"arm {arm.name!r}: delta", arm.delta, context.n_images,
                          whole="releasing every image unperturbed",

@@ -18,7 +18,7 @@ form is not the run's: the card says not DP, and the study counts no eps for it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Mapping
 
 import numpy as np
 from pydantic import field_validator, model_validator
@@ -95,7 +95,7 @@ class PixelLaplacePlan(Strict):
     target_epsilon_image: float | None = None
 
 
-def _plan(arm: PixelLaplaceArm, swept: dict, context: PlanContext) -> PixelLaplacePlan:
+def _plan(arm: PixelLaplaceArm, swept: Mapping[str, float], context: PlanContext) -> PixelLaplacePlan:
     target = swept.get("target_epsilon_image")
     scale = swept.get("scale") or accounting.laplace_scale_for_image(epsilon_image=target,
                                                                      dimension=context.dimension, value_range=1.0)

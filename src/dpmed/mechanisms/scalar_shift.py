@@ -9,7 +9,7 @@ all-black. It declares no privacy event and is labelled "not DP" everywhere (MET
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Mapping
 
 import numpy as np
 from pydantic import field_validator
@@ -59,7 +59,7 @@ class ScalarShiftPlan(Strict):
     scale: float
 
 
-def _plan(arm: ScalarShiftArm, swept: dict, context: PlanContext) -> ScalarShiftPlan:
+def _plan(arm: ScalarShiftArm, swept: Mapping[str, float], context: PlanContext) -> ScalarShiftPlan:
     return ScalarShiftPlan(scale=swept["scale"])
 
 
