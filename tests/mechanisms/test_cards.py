@@ -296,3 +296,13 @@ def test_a_shuffled_runs_patient_note_states_no_tight_group_value(plans):
     assert plan.patient_guarantee.tight_epsilon is None
     assert "tight group value is eps" not in plan.patient_guarantee.statement
     assert plans["poisson"].patient_guarantee.tight_epsilon is not None
+
+
+def test_a_card_that_claims_dp_without_an_eps_says_so_in_brief():
+    """A card read back that claims DP but states no eps (per run or per image) is no claim: its one-line form names
+    that, where it raised a TypeError from the number formatting."""
+    from dpmed.mechanisms import PrivacyCard
+
+    card = PrivacyCard(mechanism="dp_sgd", is_dp=True, statement="edited", delta=1e-5, accountant="pld")
+    with pytest.raises(ValueError, match="dp_sgd card claims DP .* but states no eps"):
+        card.in_brief()

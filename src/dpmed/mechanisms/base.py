@@ -295,15 +295,17 @@ class PrivacyCard(Strict):
         accounted line followed by "; not DP: seed known"; "not DP" for a mechanism with no eps at all."""
         if not self.is_dp and self.epsilon is not None:   # an accounted value whose claim does not hold, labelled
             return f"{self.model_copy(update={'is_dp': True}).in_brief()}; not DP: {self.why_not_dp_in_brief}"
+        delta = delta_text(self.delta) if self.delta else "0"
         if self.epsilon is None and self.epsilon_if_poisson is not None:
             return (f"not DP: shuffled batches (a Poisson run would have eps {epsilon_text(self.epsilon_if_poisson)} "
-                    f"at delta {delta_text(self.delta)}, {self.accountant_in_brief}, {self.neighbours_in_brief})")
+                    f"at delta {delta}, {self.accountant_in_brief}, {self.neighbours_in_brief})")
         if not self.is_dp:
             return "inf (no privacy)" if self.mechanism == "none" else "not DP"
-        delta = delta_text(self.delta) if self.delta else "0"
         if self.epsilon_image is not None:   # per image, for "any two images" (not comparable to DP-SGD's eps)
             return (f"{epsilon_text(self.epsilon_image)} per image (local DP, delta {delta}, "
                     f"{self.accountant_in_brief}, {self.neighbours_in_brief})")
+        if self.epsilon is None:
+            raise ValueError(f"a {self.mechanism} card claims DP (is_dp) but states no eps: {self.statement!r}")
         return f"{epsilon_text(self.epsilon)} (delta {delta}, {self.accountant_in_brief}, {self.neighbours_in_brief})"
 
     @property
