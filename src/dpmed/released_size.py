@@ -156,7 +156,7 @@ def _release(needed: Mapping[str, int], *, epsilon: float, path: Path, fingerpri
         # (reproducible mode draws the same count again from its public seed: nothing new is released)
         recorded = sorted((planned_before or {}).get((key, epsilon), ())) if reproducible_seed is None else []
         if recorded and (len(recorded) > 1 or earlier not in (None, *recorded)):
-            counts = ", ".join(map(str, sorted({*recorded} | ({earlier} - {None}))))
+            counts = ", ".join(map(str, sorted(set(recorded) if earlier is None else {*recorded, earlier})))
             holders = f"{path.parent.parent}'s finished DP-SGD runs and study.yaml" + (
                 "" if earlier is None else f", and {path},")
             raise PrivacyError(
