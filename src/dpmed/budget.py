@@ -50,24 +50,33 @@ __all__ = ["study_privacy", "check_budget"]
 
 @dataclass(frozen=True)
 class _Released:
-    """One run as the study accounting sees it."""
+    """A local-DP run or a run without privacy, as the study accounting sees it (DP-SGD runs: `_DpSgdRun`)."""
 
     run_id: str
-    kind: str                     # "dp_sgd", "not_private" or "local_dp"
-    unit: str | None = None
-    delta: float | None = None
-    accountant: str | None = None
-    events: tuple = ()                        # DP-SGD: its events; local DP: its one release of the images
-    size: tuple[str, float] | None = None     # the DP count it planned from (count key, its eps), if released
-    sampler_delta: float = 0.0                # what its noise sampler's bounded draws add to delta
-    noise: str | None = None                  # DP-SGD: "gaussian" or "laplace"
-    cap: int | None = None                    # DP-SGD, image unit: max_images_per_patient
-    patients_known: bool = True               # DP-SGD: whether the dataset names patients
-    group_sampler_delta: float = 0.0          # DP-SGD, image unit under a cap k: the sampler's share for k images
-    voided: bool = False                      # not private: a mechanism's claim its settings void (not a baseline)
+    kind: str                     # "not_private" or "local_dp"
+    delta: float = 0.0            # local DP: the per-image delta of its release
+    events: tuple = ()            # local DP: its one release of the images
+    voided: bool = False          # not private: a mechanism's claim its settings void (not a baseline)
 
 
-def _released(plan: RunPlan, ledger: accounting.Ledger | None) -> _Released:
+@dataclass(frozen=True)
+class _DpSgdRun:
+    """A DP-SGD run whose claim holds (Poisson sampling, noise its sampler draws), as the study accounting sees it."""
+
+    run_id: str
+    unit: str                     # its neighbours' unit in words (`mechanisms.unit_words`)
+    delta: float
+    accountant: str
+    events: tuple                 # its events
+    size: tuple[str, float] | None    # the DP count it planned from (count key, its eps), if released
+    sampler_delta: float          # what its noise sampler's bounded draws add to delta
+    noise: str                    # "gaussian" or "laplace"
+    cap: int | None               # image unit: max_images_per_patient
+    patients_known: bool          # whether the dataset names patients
+    group_sampler_delta: float    # image unit under a cap k: the sampler's share for k images
+
+
+def _released(plan: RunPlan, ledger: accounting.Ledger | None) -> _Released | _DpSgdRun:
     """A run from its plan, and its ledger where it finished (else the events its plan will record)."""
     info = mechanism_info(plan.mechanism)
     if info.local:
@@ -95,12 +104,12 @@ def _released(plan: RunPlan, ledger: accounting.Ledger | None) -> _Released:
         # a version before the study-wide key kept each seed's own images (`dpmed.run`): another capped set than the
         # study's runs, so it composes with them for the patient (each choice reads that patient alone), not per image
         unit += f", its images kept by seed {plan.seed}'s key"
-    return _Released(plan.run_id, "dp_sgd", unit, privacy.delta, privacy.accountant, tuple(events), size,
+    return _DpSgdRun(plan.run_id, unit, privacy.delta, privacy.accountant, tuple(events), size,
                      privacy.sampler_delta, privacy.noise, cap, privacy.patients_known,
                      privacy.sampler_share(group=cap) if cap else 0.0)
 
 
-def _patient_statement(dp: Sequence[_Released], epsilon: float | None, delta: float) -> str:
+def _patient_statement(dp: Sequence[_DpSgdRun], epsilon: float | None, delta: float) -> str:
     """What an image-unit total means for a patient, "" where the patient is the unit. A patient with k images is
     protected only as a group of k (METHODS.md s.2b): with max_images_per_patient k, all of ``dp`` share it (their
     unit names it), the group-privacy formula of the composed total; without, that the group is unstated, since the
@@ -126,7 +135,8 @@ def _patient_statement(dp: Sequence[_Released], epsilon: float | None, delta: fl
             f"({accounting.GROUP_CITATION})")
 
 
-def _image_event(plan: RunPlan, ledger: accounting.Ledger | None):
+def _image_event(plan: RunPlan,
+                 ledger: accounting.Ledger | None) -> accounting.LaplaceImageEvent | accounting.GaussianImageEvent:
     """The release of the training images a local-DP run recorded (finished), else the one its plan will record."""
     image_events = (accounting.LaplaceImageEvent, accounting.GaussianImageEvent)
     recorded = [e for e in ledger.events if isinstance(e, image_events)] if ledger is not None else []
@@ -148,7 +158,7 @@ def _local_statement(local: Sequence[_Released], composed: accounting.ImageCompo
             + (", so no single total with it" if dp else ""))
 
 
-def _compose(runs: Sequence[_Released], delta: float, accountant: str) -> tuple[float | None, str]:
+def _compose(runs: Sequence[_DpSgdRun], delta: float, accountant: str) -> tuple[float | None, str]:
     ledger = accounting.Ledger()
     for run in runs:
         for event in run.events:
@@ -159,7 +169,7 @@ def _compose(runs: Sequence[_Released], delta: float, accountant: str) -> tuple[
         return None, f" ({accountant.upper()} could not certify the composition: {exc})"
 
 
-def _patient_obstacle(dp: Sequence[_Released], budget: PrivacyBudget | None) -> str:
+def _patient_obstacle(dp: Sequence[_DpSgdRun], budget: PrivacyBudget | None) -> str:
     """Why DP-SGD runs of different units have no total with the patient as the unit; "" where they have one."""
     image = [r for r in dp if r.unit != "patient"]
     uncapped = [r.run_id for r in image if r.cap is None]
@@ -189,7 +199,7 @@ def _patient_obstacle(dp: Sequence[_Released], budget: PrivacyBudget | None) -> 
     return ""
 
 
-def _compose_patients(dp: Sequence[_Released], delta: float) -> tuple[float | None, str]:
+def _compose_patients(dp: Sequence[_DpSgdRun], delta: float) -> tuple[float | None, str]:
     """The runs composed for add/remove one patient: patient-unit runs' steps as they are, image-unit runs' steps as
     groups of a patient's at most k images (`accounting.patient_epsilon`)."""
     patients = [e for r in dp if r.unit == "patient" for e in r.events]
@@ -201,11 +211,11 @@ def _compose_patients(dp: Sequence[_Released], delta: float) -> tuple[float | No
                       "arms, RDP composes beyond what PLD resolves)")
 
 
-def _groups_text(dp: Sequence[_Released]) -> str:
+def _groups_text(dp: Sequence[_DpSgdRun]) -> str:
     """Which image-unit runs enter the patient's composition as groups of how many images."""
     by_cap: dict[int, list[str]] = {}
     for r in dp:
-        if r.unit != "patient":
+        if r.unit != "patient" and r.cap is not None:     # each has a cap where they compose (`_patient_obstacle`)
             by_cap.setdefault(r.cap, []).append(r.run_id)
     return "; ".join(f"{', '.join(ids)} as groups of at most {k} image{'s' if k > 1 else ''}"
                      for k, ids in sorted(by_cap.items()))
@@ -225,7 +235,7 @@ def _not_private_text(runs: Sequence[_Released]) -> str:
     return f"{listed}: everything released with them is not DP (eps = infinity)"
 
 
-def _counts(dp: Sequence[_Released], for_patient: bool) -> tuple[float, str]:
+def _counts(dp: Sequence[_DpSgdRun], for_patient: bool) -> tuple[float, str]:
     """(the eps of the DP counts of the training set ``dp`` planned from, their words for the statement). One cost
     per count: a folder holds one draw per key and eps (`released_size` never draws again beside finished secure runs
     planned from an earlier one: it takes their count back, and refuses a folder whose runs and file hold two), shared
@@ -241,7 +251,7 @@ def _counts(dp: Sequence[_Released], for_patient: bool) -> tuple[float, str]:
                     for key, eps, times in sorted(sizes)) + ")")
 
 
-def _tight_patient(dp: Sequence[_Released], composed_at: float) -> str:
+def _tight_patient(dp: Sequence[_DpSgdRun], composed_at: float) -> str:
     """Where image-unit runs share a cap k of 2 or more: the patient's tight total, composed as a study of mixed units
     is (`accounting.patient_epsilon`), at the delta the runs compose at plus their samplers' shares for k images;
     "" where it has no such total (the group formula then stands alone)."""
@@ -258,42 +268,45 @@ def _tight_patient(dp: Sequence[_Released], composed_at: float) -> str:
             f"{words}")
 
 
-def study_privacy(plans: Sequence[RunPlan], finished_elsewhere: Sequence[RunRecord] = (), *,
-                  budget: PrivacyBudget | None = None, reproducible: bool = False) -> StudyPrivacy:
-    """Compose every run of ``plans`` (before training) and every finished run in ``finished_elsewhere`` (records of
-    runs in the folder that the study no longer lists, with the ledgers they recorded).
+@dataclass(frozen=True)
+class _DpSgdTotal:
+    """A study's DP-SGD runs composed: what `StudyPrivacy` records of them, and the statement's part on them."""
 
-    delta and accountant: the budget's when given; else the largest delta of the DP-SGD runs and PLD, or where a run
-    was certified otherwise or their composition lies beyond what PLD resolves, what certifies their noise there
-    (`accounting.fallback_accountant`: RDP for Gaussian noise, the pure bound for Laplace noise)."""
-    runs = [_released(p, None) for p in plans] + [_released(r.plan, r.ledger) for r in finished_elsewhere]
-    dp = [r for r in runs if r.kind == "dp_sgd"]
-    not_private = tuple(r.run_id for r in runs if r.kind == "not_private")
-    local = tuple(r.run_id for r in runs if r.kind == "local_dp")
+    unit: str | None              # None: runs of different units, without a total for the patient
+    delta: float
+    accountant: str
+    epsilon: float | None
+    statement: str
+
+
+def _dp_sgd_total(dp: Sequence[_DpSgdRun], budget: PrivacyBudget | None) -> _DpSgdTotal:
+    """The DP-SGD runs ``dp`` (at least one) composed, at the budget's delta and accountant when given
+    (`study_privacy`)."""
     units = sorted({r.unit for r in dp})
     unit = units[0] if len(units) == 1 else None
     # runs of different units compose with the patient as the unit where each image-unit run caps a patient's images
-    obstacle = _patient_obstacle(dp, budget) if dp and unit is None else ""
-    grouped = bool(dp) and unit is None and not obstacle
+    obstacle = _patient_obstacle(dp, budget) if unit is None else ""
+    grouped = unit is None and not obstacle
     unit = "patient" if grouped else unit
-    delta = budget.delta if budget is not None else max((r.delta for r in dp), default=None)
+    delta = budget.delta if budget is not None else max(r.delta for r in dp)
     fallback = accounting.fallback_accountant(r.noise for r in dp)
     accountant = ("pld" if grouped else budget.accountant if budget is not None else
-                  fallback if fallback and any(r.accountant != "pld" for r in dp) else "pld") if dp else None
-    dp_eps, why = None, ""
+                  fallback if fallback and any(r.accountant != "pld" for r in dp) else "pld")
+    dp_eps: float | None = None
+    why = ""
     # The runs' samplers add their shares to delta (exact noise would not): with a budget the accountant composes at
     # its delta less them, so that the total holds at the budget's delta; without, at the runs' delta plus them. A
     # patient's k images in an image-unit run outrun the sampler together: that run pays the share of k images.
     shares = sum(r.group_sampler_delta if grouped and r.cap else r.sampler_delta for r in dp)
     composed_at = delta - shares if budget is not None else delta
-    if dp and unit is None:
-        why = ""    # said below: no accountant composes runs of different neighbour relations
-    elif dp and composed_at <= 0:
+    if unit is None:
+        pass    # said below: no accountant composes runs of different neighbour relations
+    elif composed_at <= 0:
         why = (f" (the runs' noise samplers, whose draws are bounded, already cost {shares:.2g} of the budget's "
                f"delta = {delta:g})")
     elif grouped:      # no fallback: only a PLD composes the mixture of Gaussians
         dp_eps, why = _compose_patients(dp, composed_at)
-    elif dp:
+    else:
         dp_eps, why = _compose(dp, composed_at, accountant)
         if dp_eps is None and accountant == "pld" and budget is None and fallback:
             # runs each within PLD's reach whose composition is not: as a single run beyond it is planned
@@ -310,43 +323,62 @@ def study_privacy(plans: Sequence[RunPlan], finished_elsewhere: Sequence[RunReco
         counted, words = _counts(dp, grouped)
         dp_eps += counted
         why += words
-    if dp and budget is None:      # the pure bound holds at delta 0 (`DpSgdPlan.claimed_delta`): the shares alone
+    if budget is None:      # the pure bound holds at delta 0 (`DpSgdPlan.claimed_delta`): the shares alone
         delta = (0.0 if accountant == "pure" else delta) + shares
-    total = math.inf if not_private else None if (local or (dp and unit is None)) else dp_eps
-    parts = []
-    if dp and unit is None:
-        parts.append(f"the {len(dp)} DP-SGD runs together: no single eps, as the runs with units "
-                     f"{' and '.join(units)} do not compose into one eps (neighbours: "
-                     + "; ".join(f"add/remove one {u}" for u in units) + "), and no total with the patient as the "
-                     f"unit is derived: {obstacle}")
-    elif dp:
-        shown = (f"eps = {epsilon_text(dp_eps)} at delta = {delta_text(delta)}" if dp_eps is not None
-                 else "no single eps")
-        share = ("" if budget is not None or accountant == "pure" else
-                 delta_share_text(composed_at, shares, "the noise samplers' bounded draws"))
-        if grouped:
-            terms = (f"{share}PLD; neighbours: add/remove one patient with all of their images; the image-unit runs "
-                     f"enter as groups of a patient's images (max_images_per_patient): {_groups_text(dp)}; "
-                     f"{accounting.TIGHT_GROUP_CITATION}")
-            patient = ""
-        else:
-            terms = f"{share}{accountant.upper()}; neighbours: add/remove one {unit}"
-            patient = _patient_statement(dp, dp_eps, delta) + (
-                _tight_patient(dp, composed_at) if dp_eps is not None and (dp[0].cap or 0) > 1 else "")
-        parts.append(f"the {len(dp)} DP-SGD runs together: {shown} ({terms}){why}{patient}")
+    if unit is None:
+        return _DpSgdTotal(None, delta, accountant, None, (
+            f"the {len(dp)} DP-SGD runs together: no single eps, as the runs with units {' and '.join(units)} do not "
+            "compose into one eps (neighbours: " + "; ".join(f"add/remove one {u}" for u in units) + "), and no "
+            f"total with the patient as the unit is derived: {obstacle}"))
+    shown = (f"eps = {epsilon_text(dp_eps)} at delta = {delta_text(delta)}" if dp_eps is not None
+             else "no single eps")
+    share = ("" if budget is not None or accountant == "pure" else
+             delta_share_text(composed_at, shares, "the noise samplers' bounded draws"))
+    if grouped:
+        terms = (f"{share}PLD; neighbours: add/remove one patient with all of their images; the image-unit runs "
+                 f"enter as groups of a patient's images (max_images_per_patient): {_groups_text(dp)}; "
+                 f"{accounting.TIGHT_GROUP_CITATION}")
+        patient = ""
+    else:
+        terms = f"{share}{accountant.upper()}; neighbours: add/remove one {unit}"
+        patient = _patient_statement(dp, dp_eps, delta) + (
+            _tight_patient(dp, composed_at) if dp_eps is not None and (dp[0].cap or 0) > 1 else "")
+    return _DpSgdTotal(unit, delta, accountant, dp_eps,
+                       f"the {len(dp)} DP-SGD runs together: {shown} ({terms}){why}{patient}")
+
+
+def study_privacy(plans: Sequence[RunPlan], finished_elsewhere: Sequence[RunRecord] = (), *,
+                  budget: PrivacyBudget | None = None, reproducible: bool = False) -> StudyPrivacy:
+    """Compose every run of ``plans`` (before training) and every finished run in ``finished_elsewhere`` (records of
+    runs in the folder that the study no longer lists, with the ledgers they recorded).
+
+    delta and accountant: the budget's when given; else the largest delta of the DP-SGD runs and PLD, or where a run
+    was certified otherwise or their composition lies beyond what PLD resolves, what certifies their noise there
+    (`accounting.fallback_accountant`: RDP for Gaussian noise, the pure bound for Laplace noise)."""
+    runs = [_released(p, None) for p in plans] + [_released(r.plan, r.ledger) for r in finished_elsewhere]
+    dp = [r for r in runs if isinstance(r, _DpSgdRun)]
+    not_private_runs = [r for r in runs if isinstance(r, _Released) and r.kind == "not_private"]
+    local_runs = [r for r in runs if isinstance(r, _Released) and r.kind == "local_dp"]
+    not_private = tuple(r.run_id for r in not_private_runs)
+    local = tuple(r.run_id for r in local_runs)
+    dp_total = _dp_sgd_total(dp, budget) if dp else None
+    dp_eps = dp_total.epsilon if dp_total else None
+    total = math.inf if not_private else None if (local or (dp_total and dp_total.unit is None)) else dp_eps
+    parts = [dp_total.statement] if dp_total else []
     if not_private:
-        parts.append(_not_private_text([r for r in runs if r.kind == "not_private"]))
+        parts.append(_not_private_text(not_private_runs))
     # said first in reproducible mode: what follows holds only as accounted
     seeded = "NOT DP against anyone who knows the seed (reproducible mode); as accounted: " if reproducible else ""
-    local_runs = [r for r in runs if r.kind == "local_dp"]
     # every release of the images composes; a run without a guarantee, or reproducible mode, keeps the bare listing
     composed = (accounting.compose_image_events([r.events[0] for r in local_runs],
                                                 deltas=[r.delta for r in local_runs])
                 if local_runs and not reproducible and all(r.events for r in local_runs) else None)
     if local:
         parts.append(_local_statement(local_runs, composed, bool(dp)))
-    return StudyPrivacy(dp_sgd_runs=tuple(r.run_id for r in dp), not_private=not_private, local_dp=local, unit=unit,
-                        delta=delta, accountant=accountant, dp_sgd_epsilon=dp_eps, epsilon=total,
+    return StudyPrivacy(dp_sgd_runs=tuple(r.run_id for r in dp), not_private=not_private, local_dp=local,
+                        unit=dp_total.unit if dp_total else None,
+                        delta=dp_total.delta if dp_total else budget.delta if budget is not None else None,
+                        accountant=dp_total.accountant if dp_total else None, dp_sgd_epsilon=dp_eps, epsilon=total,
                         local_dp_epsilon=composed.epsilon if composed else None,
                         local_dp_delta=composed.delta if composed else None,
                         reproducible=reproducible, statement=(seeded + "; ".join(parts)) or "no runs")
