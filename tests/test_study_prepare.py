@@ -588,3 +588,63 @@ def test_a_count_rough_against_its_noise_is_told_once_with_its_interval_and_a_si
     with caplog.at_level(logging.WARNING, logger="dpmed.study"):
         _prepare(write_study, tmp_path / "sharp", "size_epsilon: 1\n" + arms)
     assert not [r for r in caplog.records if "is rough" in r.getMessage()]
+
+
+def test_a_rough_count_is_told_only_while_a_run_still_to_train_plans_from_it(write_study, tmp_path, caplog):
+    """Every rerun of a small study warned of its rough count, also once its DP-SGD runs had all finished and
+    nothing was planned from the count any more; a run still to train is warned again. The count as the plan shows
+    it keeps its interval ("rough: +- 150")."""
+    import logging
+
+    from dpmed.released_size import describe_counts
+    from dpmed.study import run_study
+
+    dp = DP.replace("epochs: 2", "epochs: 1")
+    finished = load_study(write_study(HEAD + f"arms: [{dp}]\n"))
+    run_study(finished, out=tmp_path / "out", progress=False)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="dpmed.study"):
+        prepared = prepare_study(finished, out=tmp_path / "out")
+    assert not prepared.todo and not [r for r in caplog.records if "is rough" in r.getMessage()]
+    assert ", rough: +- 150 at 95 %" in describe_counts(prepared.sizes, finished.size_epsilon)
+    more = load_study(write_study(HEAD + f"arms: [{dp}, {dp.replace('name: dp,', 'name: dp2,')}]\n"))
+    with caplog.at_level(logging.WARNING, logger="dpmed.study"):
+        prepared = prepare_study(more, out=tmp_path / "out")
+    told = [r.getMessage() for r in caplog.records if "is rough" in r.getMessage()]
+    assert [p.run_id for p in prepared.todo] == ["dp2_eps8_C1_seed0"] and len(told) == 1, told
+
+
+@pytest.mark.parametrize("size_epsilon", [0.02, 1])
+def test_the_advice_for_a_rough_count_of_five_units_stays_within_size_epsilon_s_limit(
+        write_study, tmp_path, caplog, monkeypatch, size_epsilon):
+    """The advice size_epsilon = 12 / n exceeds the schema's limit of 1 below 12 units (2.4 at n = 5), and at
+    size_epsilon 1 a count of 5 is still rough (+- 3), where the warning advised raising it. It now says that no
+    size_epsilon narrows so few, and that training.steps keeps T off the count; the settings it names load."""
+    import logging
+
+    import dpmed.study
+    from dpmed.errors import ConfigError as Refused
+
+    monkeypatch.setattr(dpmed.study, "release_sizes", lambda needed, **kwargs: {key: 5 for key in needed})
+    with caplog.at_level(logging.WARNING, logger="dpmed.study"):
+        _prepare(write_study, tmp_path, f"size_epsilon: {size_epsilon}\narms: [{DP}]\n")
+    [told] = [r.getMessage() for r in caplog.records if "is rough" in r.getMessage()]
+    assert told.startswith(f"the DP count of the training patients, 5, is rough at size_epsilon {size_epsilon:g}")
+    assert ("no size_epsilon within its limit, 1, narrows a count of fewer than 12 units so far (at 1 it is +- 3)"
+            in told), told
+    if size_epsilon < 1:
+        assert told.endswith("for so few, set size_epsilon 1 and training.steps, which keeps T off the count (q = B / "
+                             "N still reads it)"), told
+    else:
+        assert "set size_epsilon" not in told and told.endswith(
+            "set training.steps, which keeps T off the count (q = B / N still reads it), or train on more units"), told
+    advised = HEAD + "size_epsilon: 1\ntraining: {steps: 20}\n" + f"arms: [{DP.replace(', epochs: 2', '')}]\n"
+    load_study(write_study(advised))            # what it advises is a valid study
+    with pytest.raises(Refused, match="size_epsilon"):
+        load_study(write_study(advised.replace("size_epsilon: 1", f"size_epsilon: {12 / 5}")))
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="dpmed.study"):
+        _prepare(write_study, tmp_path / "steps", "size_epsilon: 1\ntraining: {steps: 20}\n"
+                 f"arms: [{DP.replace(', epochs: 2', '')}]\n")
+    [told] = [r.getMessage() for r in caplog.records if "is rough" in r.getMessage()]
+    assert "training.steps" not in told and told.endswith("(at 1 it is +- 3); train on more units"), told

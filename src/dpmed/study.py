@@ -255,26 +255,41 @@ def _tell_whole_batches(plans: list[RunPlan]) -> None:
 
 
 def _tell_rough_counts(plans: list[RunPlan]) -> None:
-    """Warn, once per count, where a DP count DP-SGD plans from is rough against its noise (`count_is_rough`: at the
-    default size_epsilon, a count below about 300 units): q, the expected batch and T by epochs may then be off by a
-    factor of two or more, silently. The warning reads only the count and public settings (post-processing). Its
-    advice sizes size_epsilon from a size the user may publish: one chosen from this count would be a function of it,
-    spending its eps again where no card counts it, and one from the exact size would release that size outright."""
+    """Warn, once per count, where a DP count a DP-SGD run still to train plans from is rough against its noise
+    (`count_is_rough`: at the default size_epsilon, a count below about 300 units): q, the expected batch and T by
+    epochs may then be off by a factor of two or more, silently. ``plans``: the runs still to train; a finished run
+    plans from nothing any more, and its count is told, with its interval, in the plan and the report. The warning
+    reads only the count and public settings (post-processing). Its advice sizes size_epsilon from a size the user
+    may publish: one chosen from this count would be a function of it, spending its eps again where no card counts
+    it, and one from the exact size would release that size outright. Below 12 units no size_epsilon within the
+    schema's limit narrows the count to a quarter of them: there it says so, and that training.steps keeps T off the
+    count (q = B / N still reads it)."""
     told = set()
+    limit = next(m.le for m in Study.model_fields["size_epsilon"].metadata if hasattr(m, "le"))
+    # the margin is about ln(1 / (1 - confidence)) / eps, so 4 ln 20 / n, 12 / n, makes it a quarter of n
+    per_unit = round(4 * math.log(1 / (1 - COUNT_CONFIDENCE)))
     for plan in plans:
         dp = plan.privacy
         if not (isinstance(dp, DpSgdPlan) and dp.size_epsilon and dp.size_key not in told
                 and count_is_rough(dp.released_count, dp.size_epsilon)):
             continue
         told.add(dp.size_key)
-        margin = count_margin(dp.size_epsilon)
-        # the margin is about ln(1 / (1 - confidence)) / eps, so 4 ln 20 / n, 12 / n, makes it a quarter of n
+        steps = ("training.steps, which keeps T off the count (q = B / N still reads it)"
+                 if plan.training.steps is None else "")
+        at_limit = (f"no size_epsilon within its limit, {limit:g}, narrows a count of fewer than {per_unit / limit:g} "
+                    f"units so far (at {limit:g} it is +- {count_margin(limit)})")
+        if dp.size_epsilon < limit:
+            advice = (f"To narrow it to +- n / 4, set size_epsilon = {per_unit} / n, n a study size you may publish "
+                      f"(the protocol's), not this count nor the data; it adds to each DP-SGD run's eps. But "
+                      f"{at_limit}: for so few, set size_epsilon {limit:g}" + (f" and {steps}" if steps else ""))
+        else:
+            advice = f"size_epsilon is at its limit: {at_limit}; " + (f"set {steps}, or " if steps else "") + (
+                "train on more units")
         _log.warning("the DP count of the training %s, %d, is rough at size_epsilon %g: the exact count lies within "
                      "%d +- %d at %g %% confidence, so DP-SGD's q = B / N, expected batch and T by epochs may be off "
-                     "by a factor of two or more (its eps stays exact). To narrow it to +- n / 4, set size_epsilon = "
-                     "%d / n, n a study size you may publish (the protocol's), not this count nor the data; it adds "
-                     "to each DP-SGD run's eps", dp.size_key, dp.released_count, dp.size_epsilon, dp.released_count,
-                     margin, 100 * COUNT_CONFIDENCE, round(4 * math.log(1 / (1 - COUNT_CONFIDENCE))))
+                     "by a factor of two or more (its eps stays exact). %s", dp.size_key, dp.released_count,
+                     dp.size_epsilon, dp.released_count, count_margin(dp.size_epsilon), 100 * COUNT_CONFIDENCE,
+                     advice)
 
 
 def _dataset_summary(dataset: Dataset, sizes: Mapping[str, int] | None = None,
@@ -336,7 +351,8 @@ def prepare_study(study: Study, *, out: Path | str = "results") -> PreparedStudy
     if study.privacy_budget is not None:
         _refuse_vacuous_budget_delta(study.privacy_budget.delta, plans)
         check_budget(study.privacy_budget, privacy)
-    _tell_rough_counts(plans)      # last: a study refused above is told that alone
+    # last: a study refused above is told that alone; only where a run still to train plans from the count
+    _tell_rough_counts([p for p in plans if p.run_id not in existing])
     return PreparedStudy(study=study, folder=folder, dataset=dataset, plans=plans, finished=existing,
                          elsewhere=elsewhere, privacy=privacy, load_seconds=load_seconds, fingerprint=fingerprint,
                          attributes=attributes, sizes=sizes, reevaluate=tuple(stale))
