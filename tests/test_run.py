@@ -810,7 +810,7 @@ def test_status_tells_of_every_key_file_what_the_next_run_does_with_its_checkpoi
         key.update({} if attempt is _MISSING else {"attempt": attempt(fingerprints)})
         key.update({} if kept is _MISSING else {"settings": settings[kept]})
         folder.privacy_key.write_text(json.dumps(key))
-    detail, done = _checkpoint_detail(folder.checkpoint, folder.privacy_key, "secure", plan.fingerprint(study))
+    detail, progress = _checkpoint_detail(folder.checkpoint, folder.privacy_key, "secure", plan.fingerprint(study))
     conditions = {"afresh": None, "if data": "if its training data and starting weights are unchanged",
                   "if settings": "if its settings, training data and starting weights are unchanged",
                   "if older": ("if its settings, training data and starting weights are unchanged and the older "
@@ -818,9 +818,9 @@ def test_status_tells_of_every_key_file_what_the_next_run_does_with_its_checkpoi
     if told == "afresh":
         assert detail.startswith("cannot continue: ") and detail.endswith(
             "the next `dpmed run` deletes the checkpoint and trains this run afresh under a new key"), detail
-        assert done == 0        # `dpmed plan` estimates all its steps
+        assert progress is None     # `dpmed plan` estimates all its steps
     else:
         assert detail == f"continues from its checkpoint at step 5 of 20 (saved under a minute ago) {conditions[told]}"
-        assert done == 5        # `dpmed plan` estimates the 15 steps after it
+        assert progress == (5, 20)  # `dpmed plan` estimates the 15 steps after it
     _privacy_randomness(plan, context, folder)
     assert folder.checkpoint.exists() == continues

@@ -82,10 +82,14 @@ def print_plan(prepared: PreparedStudy, rates: Rates | None, seconds: dict[str, 
     n_patients = len(set(ds.train.patient_ids.astype(str).tolist()))
     told = checkpoints_told(folder.root, prepared.resolved(), [p.run_id for p in prepared.todo])
     # a run that continues from its checkpoint trains the steps after it only: estimated for all of them before
-    continued = {run_id: done for run_id, _, _, done in told if done}
+    # (of the steps its checkpoint counts: an audited run's own, which the plan knows only in expectation)
+    continued = {run_id: progress for run_id, _, _, progress in told if progress and progress[0]}
     if rates is not None:
-        seconds = {**seconds, **{p.run_id: rates.run_seconds(p, n_train, done=continued[p.run_id]) or 0.0
-                                 for p in prepared.todo if p.run_id in continued}}
+        seconds = dict(seconds)
+        for plan in prepared.todo:
+            if plan.run_id in continued:
+                done, of = continued[plan.run_id]
+                seconds[plan.run_id] = rates.run_seconds(plan, n_train, left=of - done) or 0.0
     rows = [["run", "mechanism", "noise", "q", "T", "eps (delta, accountant, neighbours)", "time"]]
     sampler_paid = pure_paid = False    # a card's delta that shows the part its noise sampler's bounded draws cost
     for plan in prepared.plans:
@@ -96,7 +100,7 @@ def print_plan(prepared: PreparedStudy, rates: Rates | None, seconds: dict[str, 
         time_text = ("evaluate again" if plan.run_id in prepared.reevaluate else
                      "done" if plan.run_id in prepared.finished else
                      "-" if rates is None else clock(seconds[plan.run_id])
-                     + (f" from step {continued[plan.run_id]}" if plan.run_id in continued else ""))
+                     + (f" from step {continued[plan.run_id][0]}" if plan.run_id in continued else ""))
         rows.append([plan.run_id, plan.mechanism, _noise_text(card), _number(card.sample_rate),
                      _steps_text(plan, n_train, n_patients), card.in_brief(), time_text])
     print()

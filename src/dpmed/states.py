@@ -72,20 +72,21 @@ def read_resolved(study_dir: Path) -> ResolvedStudy:
 
 
 def _checkpoint_detail(path: Path, key: Path, mode: RandomnessMode, shown: str | None,
-                       against: str = "study.yaml's now") -> tuple[str, int]:
-    """(detail, the steps the next `dpmed run` continues from: 0 where it cannot, or the checkpoint, an older dpmed's,
-    does not say) of a checkpoint: how far an interrupted (or running) run's checkpoint is, and how old: a run still
-    training rewrites it every epoch, so a minutes-old checkpoint of a folder in use is a run in progress. Or why it
-    cannot continue, as `dpmed run` finds it with the run's privacy key ``key``: unreadable, another key's, mixed from
-    two points of the run (`dpmed.training.checkpoint_review`), its attempt's fingerprint damaged, made by another
-    version of dpmed (`made_otherwise`), or made with other settings than those study.yaml now shows (or the study file
-    that ``against`` names), fingerprinted as ``shown`` (`RunPlan.fingerprint`, kept in the key file; None: study.yaml
-    unreadable); where the key or its attempt's fingerprint is missing or damaged, `dpmed run` deletes the checkpoint
-    and trains afresh. The training data and the starting weights, which status does not read (slow), the attempt's
-    fingerprint covers too: a continuation is told on the condition that they are unchanged, and, under a key file that
-    keeps no settings' fingerprint (an older dpmed's), that the settings are; under an attempt hashed before
-    `ATTEMPT_FORMAT` (a bare hash, beside which a settings' fingerprint was never written), also that the dpmed that
-    made it hashed the run as this one does. Nothing of the key, the streams or the training images is told."""
+                       against: str = "study.yaml's now") -> tuple[str, tuple[int, int] | None]:
+    """(detail, (the step the next `dpmed run` continues from, the run's steps): None where it cannot, or the
+    checkpoint, an older dpmed's, does not say) of a checkpoint: how far an interrupted (or running) run's checkpoint
+    is, and how old: a run still training rewrites it every epoch, so a minutes-old checkpoint of a folder in use is a
+    run in progress. Or why it cannot continue, as `dpmed run` finds it with the run's privacy key ``key``: unreadable,
+    another key's, mixed from two points of the run (`dpmed.training.checkpoint_review`), its attempt's fingerprint
+    damaged, made by another version of dpmed (`made_otherwise`), or made with other settings than those study.yaml now
+    shows (or the study file that ``against`` names), fingerprinted as ``shown`` (`RunPlan.fingerprint`, kept in the key
+    file; None: study.yaml unreadable); where the key or its attempt's fingerprint is missing or damaged, `dpmed run`
+    deletes the checkpoint and trains afresh. The training data and the starting weights, which status does not read
+    (slow), the attempt's fingerprint covers too: a continuation is told on the condition that they are unchanged, and,
+    under a key file that keeps no settings' fingerprint (an older dpmed's), that the settings are; under an attempt
+    hashed before `ATTEMPT_FORMAT` (a bare hash, beside which a settings' fingerprint was never written), also that the
+    dpmed that made it hashed the run as this one does. Nothing of the key, the streams or the training images is
+    told."""
     from dpmed.training import checkpoint_review      # torch: only for a run with a checkpoint
 
     minutes = max(0.0, time.time() - path.stat().st_mtime) / 60
@@ -104,10 +105,10 @@ def _checkpoint_detail(path: Path, key: Path, mode: RandomnessMode, shown: str |
             raise FileNotFoundError(path)
         # a reproducible run's key is derived from its seed and id again: the same, not a new one
         return (f"cannot continue: {other}; the next `dpmed run` deletes the checkpoint and trains this run afresh"
-                + (" under a new key" if mode == "secure" else "")), 0
+                + (" under a new key" if mode == "secure" else "")), None
     progress, problem = checkpoint_review(path, saved.randomness)   # progress None: an older dpmed's checkpoint
     if problem is not None:     # `dpmed run` fails on it: no run continues from there
-        return f"cannot continue: {problem}", 0
+        return f"cannot continue: {problem}", None
     age = "under a minute" if minutes < 1 else f"{minutes:.0f} min" if minutes < 120 else f"{minutes / 60:.0f} h"
     where = "" if progress is None else f" at step {progress[0]} of {progress[1]}"
     unchanged = "" if None not in (shown, saved.settings) else "settings, "
@@ -116,7 +117,7 @@ def _checkpoint_detail(path: Path, key: Path, mode: RandomnessMode, shown: str |
     # a condition, as status cannot tell it without the training data the hash covers
     older = "" if ":" in saved.attempt else " and the older dpmed that made it fingerprinted the run as this one does"
     return (f"continues from its checkpoint{where} (saved {age} ago) if its {unchanged}training data and starting "
-            f"weights are unchanged{older}"), 0 if progress is None else progress[0]
+            f"weights are unchanged{older}"), progress
 
 
 def _failure_message(path: Path) -> str:
@@ -130,21 +131,21 @@ def _failure_message(path: Path) -> str:
 
 
 def _unfinished_state(run_id: str, files: RunFolder, mode: RandomnessMode, shown: str | None,
-                      against: str = "study.yaml's now") -> tuple[str, str, str, int]:
-    """(run id, state, detail, steps the next `dpmed run` continues from) of a run without a run.json: failed,
-    interrupted or pending, as its private folder tells (`_checkpoint_detail`); "unknown" where that folder cannot
-    be read, as by a colleague reading a study folder shared in place (dpmed keeps ``private/`` its owner's alone):
-    that is no internal error, and the other runs are listed."""
+                      against: str = "study.yaml's now") -> tuple[str, str, str, tuple[int, int] | None]:
+    """(run id, state, detail, (the step the next `dpmed run` continues from, of how many) or None) of a run without a
+    run.json: failed, interrupted or pending, as its private folder tells (`_checkpoint_detail`); "unknown" where that
+    folder cannot be read, as by a colleague reading a study folder shared in place (dpmed keeps ``private/`` its
+    owner's alone): that is no internal error, and the other runs are listed."""
     try:
         if files.error.is_file():
-            return run_id, "failed", _failure_message(files.error), 0
+            return run_id, "failed", _failure_message(files.error), None
         if files.checkpoint.is_file():
             return run_id, "interrupted", *_checkpoint_detail(files.checkpoint, files.privacy_key, mode, shown, against)
     except PermissionError as exc:
         return run_id, "unknown", (f"not finished; whether it failed, was interrupted or waits cannot be told: its "
                                    f"private folder cannot be read ({exc.strerror}: {exc.filename}), as it is its "
-                                   "owner's alone; run `dpmed status` as the user who ran the study"), 0
-    return run_id, "pending", "", 0
+                                   "owner's alone; run `dpmed status` as the user who ran the study"), None
+    return run_id, "pending", "", None
 
 
 def release_cut_short(run_id: str, left: list[Path], *, listed: bool) -> str:
@@ -201,13 +202,14 @@ def _run_state(run_id: str, files: RunFolder, resolved: ResolvedStudy | None, *,
 
 
 def checkpoints_told(study_dir: Path, resolved: ResolvedStudy,
-                     run_ids: list[str]) -> list[tuple[str, str, str, int]]:
-    """(run id, state, what the next `dpmed run` does with its checkpoint, the steps it continues from: 0 where it
-    trains afresh) of each of ``run_ids`` whose interrupted attempt left one in the study folder ``study_dir``, told
-    as `dpmed status` tells it but against ``resolved``, the study as that run will run it, not the folder's
-    study.yaml: for `dpmed plan`, which said nothing of them, so that a study file edited before a rerun was not
-    told to cost a run its progress until the rerun deleted the checkpoint, and which estimated the run's time for
-    all its steps."""
+                     run_ids: list[str]) -> list[tuple[str, str, str, tuple[int, int] | None]]:
+    """(run id, state, what the next `dpmed run` does with its checkpoint, (the step it continues from, the run's steps
+    as its checkpoint counts them): None where it trains afresh) of each of ``run_ids`` whose interrupted attempt left
+    one in the study folder ``study_dir``, told as `dpmed status` tells it but against ``resolved``, the study as that
+    run will run it, not the folder's study.yaml: for `dpmed plan`, which said nothing of them, so that a study file
+    edited before a rerun was not told to cost a run its progress until the rerun deleted the checkpoint, and which
+    estimated the run's time for all its steps. The checkpoint's count of steps is the run's own: an audited run without
+    DP-SGD trains on what its secret canary draws left, which the plan knows only in expectation."""
     folder, told = StudyFolder(Path(study_dir)), []
     for run_id in run_ids:
         shown = next(p for p in resolved.runs if p.run_id == run_id).fingerprint(resolved.study)

@@ -434,8 +434,9 @@ def estimate_times(prepared: PreparedStudy) -> tuple[Rates, dict[str, float]]:
     now (`dpmed.timing`), scaled by each run's steps."""
     rates = probe_rates(prepared.todo, prepared.dataset, evaluation=prepared.study.evaluation,
                         trainable=prepared.study.model.trainable_setting)
-    n_train = len(prepared.dataset.train)
-    return rates, {p.run_id: rates.run_seconds(p, n_train) or 0.0 for p in prepared.todo}
+    train = prepared.dataset.train
+    n_train, n_patients = len(train), len(set(train.patient_ids.astype(str).tolist()))
+    return rates, {p.run_id: rates.run_seconds(p, n_train, n_patients=n_patients) or 0.0 for p in prepared.todo}
 
 
 def run_study(study: Study | Path | str, *, out: Path | str = "results", progress: bool | None = None,

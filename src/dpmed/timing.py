@@ -123,10 +123,12 @@ class Rates:
     # seconds per training image of the fixed features a run of the kind computes once before its first step
     features: Mapping[StepKind, float] = field(default_factory=dict)
 
-    def run_seconds(self, plan: RunPlan, n_train: int, device: str = "auto", *, done: int = 0) -> float | None:
-        """Estimated seconds of ``plan``'s run; None if no step of its kind (nor any other) was timed. ``done``: the
-        steps its checkpoint holds, which a continued run does not train again (its fixed features and its
-        evaluation it computes all the same)."""
+    def run_seconds(self, plan: RunPlan, n_train: int, device: str = "auto", *, n_patients: int | None = None,
+                    left: int | None = None) -> float | None:
+        """Estimated seconds of ``plan``'s run; None if no step of its kind (nor any other) was timed.
+        ``n_patients``: the training patients, for an audited run's expected steps (:func:`run_steps`). ``left``: the
+        steps a continued run trains after its checkpoint, as the checkpoint counts them (its fixed features and its
+        evaluation it computes all the same); None: all its steps."""
         kind = step_kind(plan, n_train, device)
         rate = self.per_step.get(kind)
         features = self.features.get(kind, 0.0)
@@ -136,7 +138,8 @@ class Rates:
                 return None
             rate = float(np.mean([self.per_step[k] for k in same]))
             features = float(np.mean([self.features.get(k, 0.0) for k in same]))
-        return max(0, run_steps(plan, n_train) - done) * rate + n_train * features + self.evaluation
+        steps = run_steps(plan, n_train, n_patients) if left is None else left
+        return max(0, steps) * rate + n_train * features + self.evaluation
 
     @classmethod
     def from_runs(cls, runs: Iterable[tuple[RunPlan, Timing]], n_train: int) -> "Rates | None":

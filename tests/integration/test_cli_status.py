@@ -430,6 +430,40 @@ def test_plan_says_what_the_next_run_does_with_an_interrupted_run_s_checkpoint(t
     _run_as_told(line, path, out, caplog, afresh, against="the study file's")
 
 
+def test_plan_estimates_an_audited_run_without_dp_sgd_for_the_steps_it_trains(tiny_text, tmp_path, capsys,
+                                                                               monkeypatch):
+    """An audited run without DP-SGD trains on what its secret canary draws leave (about m of the training patients
+    held out, about m / 2 canaries back in): the plan's T said "about" that many steps, but its time was estimated
+    for the whole training set's steps, and a continued run's for those less the step its checkpoint reached,
+    where the checkpoint counts the run's own (on a 421-image phantom with 200 canaries, 1023 steps were estimated
+    for the 703 left of 760). Now the expected steps before it starts, and the checkpoint's after (the probe's rate
+    fixed at 1 s a step)."""
+    import dpmed.study
+    from dpmed.timing import Rates, StepKind
+
+    path, out = tmp_path / "s.yaml", tmp_path / "out"
+    path.write_text(tiny_text.replace("  - {name: dp, mechanism: dp_sgd, target_epsilon: 8}\n", "").replace(
+        "{name: base, mechanism: none}", "{name: base, mechanism: none, audit: {canaries: 40}}"))
+    second = Rates(per_step={StepKind(False, 1, 1, None, 1, "cpu"): 1.0}, evaluation=0.0)
+    monkeypatch.setattr(dpmed.study, "probe_rates", lambda *args, **kwargs: second)
+
+    def planned() -> tuple[str, list[str], int]:
+        assert main(["plan", str(path), "--out", str(out)]) == 0
+        printed = capsys.readouterr().out.splitlines()
+        [row] = [row for row in printed if row.startswith("base_seed0 ")]
+        [n_train] = [int(m[1]) for line in printed if (m := re.match(r"data: phantom, (\d+)/", line))]
+        return row, [line for line in printed if "interrupted:" in line], n_train
+
+    row, _, n_train = planned()
+    expected = int(re.search(r" about (\d+) ", row)[1])
+    assert row.endswith(f" 0:{expected:02d}") and expected < 3 * -(-n_train // 16), row   # 3 epochs of batches of 16
+    _stop_after_the_first_checkpoint(path, out, monkeypatch)
+    capsys.readouterr()
+    row, [line], _ = planned()
+    done, of = map(int, re.search(r"at step (\d+) of (\d+)", line).groups())
+    assert of != 3 * -(-n_train // 16) and row.endswith(f" 0:{of - done:02d} from step {done}"), (row, line)
+
+
 def _run_as_told(line: str, path, out, caplog, afresh: bool, *, against: str) -> None:
     """Run the study again and check it does what ``line`` (status's or plan's line of the interrupted run, judged
     ``against`` study.yaml or the study file given) told: train afresh from step 1, or continue from the step told."""
