@@ -66,6 +66,34 @@ def test_clipping_rounding_stays_below_the_slack_that_covers_it_and_puts_the_sla
     assert clipping.GROUP_ROUNDING_SLACK == 2.0 ** 7 and clipping.clip_factors.__name__ == "clip_factors"
 
 
+def test_ghost_rounding_truth_is_the_float64_engine_s_own_norm_for_a_float64_model():
+    """The harness's truth, autograd of each layer alone on the (a, g) the engine saw, is the engine's own norm where
+    nothing rounds at float32: a float64 model, images and patients (with the slack, which is 2^-45 there)."""
+    import torch
+
+    from dpmed.models import build_model
+
+    engine_and_exact = _harness("ghost_rounding").engine_and_exact
+    model = build_model("small_cnn", in_channels=1, num_outputs=2, image_size=16, seed=0).double()
+    x = torch.rand(4, 1, 16, 16, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    y = torch.tensor([0, 1, 1, 0])
+    for groups in (None, torch.tensor([7, 7, 2, 7])):
+        norms, exact, own = engine_and_exact(model, x, y, route="mixed", groups=groups, loss_fn=lambda z, t: (
+            torch.nn.functional.cross_entropy(z, t, reduction="sum")))
+        assert len(norms) == len(exact) == (4 if groups is None else 2) and len(own) == 4
+        assert torch.allclose(norms, exact, rtol=1e-9, atol=0)
+
+
+def test_ghost_rounding_finds_float32_ghost_norms_short_and_the_engine_s_exact_and_puts_both_back():
+    from dpmed.training import clipping
+
+    wide = clipping._wide
+    before, after = _harness("ghost_rounding").measure("conv", scale=8)
+    assert before > 1e-3 and abs(after) < 1e-5
+    assert clipping._wide is wide and clipping.clip_factors.__name__ == "clip_factors"
+    assert clipping._Tape._on_output_grad.__qualname__ == "_Tape._on_output_grad"
+
+
 def test_dp_step_clips_patients_with_dpmed_and_refuses_them_to_opacus():
     """--images-per-patient reaches the engine (grouping patients dispatches more operators than clipping images),
     and Opacus, which has no patient-level clipping, is refused rather than timed clipping images."""
