@@ -140,6 +140,21 @@ def test_dpmed_run_and_plan_tell_it_naming_the_set_that_gave_it(write_study, tmp
         assert said in (tmp_path / "out" / "s" / "private" / "dpmed.log").read_text()
 
 
+@pytest.mark.parametrize("sets, blamed", [
+    (["data.split={seed: 3}", "data.split.val_fraction=0.3"], "data.split.val_fraction=0.3"),
+    (["data.split.val_fraction=0.2", "data.split={val_fraction: 0.3}"], "data.split={val_fraction: 0.3}"),
+])
+def test_of_two_sets_that_give_the_key_the_one_applied_last_is_named(write_study, tmp_path, capsys, sets, blamed):
+    """The --set that gave the key's value is the last that covers it: a section's --set before a key's own does not
+    hold the key, and removing it would leave the warning as it was."""
+    _table(tmp_path, ["train"] * 4 + ["val", "test"])
+    path = write_study(f"name: s\ndata: {{{CSV}}}\n{SMALL}{EVALUATION}{ARMS}")
+    assert main(["plan", str(path), "--out", str(tmp_path / "out"), "--no-estimate",
+                 *[arg for given in sets for arg in ("--set", given)]]) == 0
+    told = [line for line in capsys.readouterr().err.splitlines() if "data.split.val_fraction changes nothing" in line]
+    assert len(told) == 1 and f"remove it from --set {blamed} (" in told[0], told
+
+
 def test_a_run_finished_with_a_data_setting_turned_off_is_the_same_run_without_it(write_study, tmp_path):
     """What the warnings promise: a finished run's data are matched by their content, not by the data section's keys,
     so dropping a key the source never read (aspect on the phantom, which generates square images) retrains

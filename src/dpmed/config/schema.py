@@ -608,8 +608,11 @@ class Study(_Strict):
 
     def origin(self, key: str) -> str | None:
         """How the user gave ``key`` outside the study file (e.g. "--set data.split.seed=3", or the --set of a section
-        that holds it), or None: given in the file, or by a caller that said nothing of where (`given_with`)."""
-        return next((said for at, said in self._origins.items() if key == at or key.startswith(f"{at}.")), None)
+        that holds it), or None: given in the file, or by a caller that said nothing of where (`given_with`). Of two
+        that cover it, the later, applied last, gave its value: --set data.split={...} --set data.split.seed=3 names
+        the second, which the first does not hold."""
+        return next((said for at, said in reversed(self._origins.items()) if key == at or key.startswith(f"{at}.")),
+                    None)
 
     def removal(self, key: str) -> str:
         """Where to remove ``key``, a setting that changes nothing, and what that does to finished runs
