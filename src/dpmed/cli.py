@@ -231,6 +231,8 @@ def _load(args: argparse.Namespace) -> Any:
     origins: dict[str, str] = {}
     for text in args.overrides:
         key, value = parse_override(text)
+        # a key given again applies where it is given again: after a --set of its section between the two
+        overrides.pop(key, None)
         overrides[key], origins[key] = value, f"--set {text}"
     if args.data_path is not None and args.study is None:
         raise ConfigError(f"--data-path {args.data_path}: without a study file dpmed runs the embedded phantom "

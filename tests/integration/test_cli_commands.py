@@ -264,6 +264,29 @@ def test_a_bad_set_is_blamed_on_the_set_not_on_the_study_file(tiny_text, tmp_pat
     assert "Traceback" not in err and not (tmp_path / "out").exists()
 
 
+def test_a_key_set_again_after_a_set_of_its_section_takes_the_later_value(tiny_text, tmp_path, monkeypatch):
+    """--set applies in the order given: before, a key given twice kept its first place, so a --set of its section
+    between the two applied after both and its value won over the later --set of the key."""
+    import dpmed.config
+    loaded = []
+    real = dpmed.config.load_study
+    monkeypatch.setattr(dpmed.config, "load_study", lambda *a, **k: loaded.append(real(*a, **k)) or loaded[-1])
+    study = _study(tmp_path, tiny_text)
+    main(["plan", str(study), "--out", str(tmp_path / "out"), "--no-estimate", "--set", "training.epochs=1",
+          "--set", "training={epochs: 2}", "--set", "training.epochs=3"])
+    assert loaded and loaded[0].training.epochs == 3
+
+
+def test_a_bad_value_is_blamed_on_the_set_that_gave_it_last(tiny_text, tmp_path, capsys):
+    """Of a section's --set and a later --set of a key inside it, the later gave the bad value: name that one, not
+    the section's."""
+    study = _study(tmp_path, tiny_text)
+    assert main(["run", str(study), "--out", str(tmp_path / "out"), "--set", "training={epochs: 2}",
+                 "--set", "training.epochs=abc"]) == 2
+    problems = capsys.readouterr().err.strip().splitlines()[1:]
+    assert problems and problems[0].startswith("  - --set training.epochs=abc: training.epochs"), problems
+
+
 def test_a_mistyped_mechanism_gets_did_you_mean(tiny_text, tmp_path, capsys):
     study = _study(tmp_path, tiny_text.replace("mechanism: dp_sgd", "mechanism: dp-sgd"))
     assert main(["plan", str(study), "--out", str(tmp_path / "out")]) == 2
