@@ -109,7 +109,8 @@ def test_a_timing_without_seconds_teaches_no_rate(make_record):
 def _progress(make_record, workers: int):
     runs = [make_record("np_seed0", "np"), make_record("np_seed1", "np", seed=1),
             make_record("dp_eps1_C1_seed0", "dp", "dp_sgd", eps=1.0)]
-    progress = StudyProgress(total=4, earlier=1, todo=[r.plan for r in runs], n_train=N_TRAIN, workers=workers)
+    progress = StudyProgress(total=4, earlier=1, todo=[r.plan for r in runs], n_train=N_TRAIN, workers=workers,
+                             n_patients=N_TRAIN)
     return progress, runs
 
 
@@ -154,12 +155,32 @@ def test_the_progress_line_says_the_time_elapsed_since_the_study_began(make_reco
     assert ", 1:02:10 elapsed," in progress.line("np_seed1", runs[1])
 
 
+def test_the_progress_line_counts_an_audited_run_s_steps_as_it_trains_them(make_record, study_clock):
+    """An audited run without DP-SGD trains on what its canary draws leave: 22 expected steps of 1000 images of 500
+    patients with 200 canaries (`run_steps`), not the whole set's 32. Counted as 32, its 220 s of training taught
+    6.9 s a step for 10 and the line said 7:22 left, not 9:02: a plain run's 32 steps at 10 s and another audited
+    run's 22, each + 1 s of evaluation."""
+    from dpmed.records import Timing
+
+    audited = [make_record(f"a_seed{seed}", "a", seed=seed) for seed in (0, 1)]
+    audited = [r.model_copy(update={"plan": r.plan.model_copy(update={"audit": AuditConfig(canaries=200)})})
+               for r in audited]
+    plain = make_record("np_seed0", "np")
+    progress = StudyProgress(total=3, earlier=0, todo=[audited[0].plan, audited[1].plan, plain.plan], n_train=1000,
+                             workers=1, n_patients=500)
+    study_clock[0] += 221.0
+    timing = Timing(train_seconds=220.0, total_seconds=221.0, device="cpu", threads=1)
+    line = progress.line("a_seed0", audited[0], timing)
+    assert line == "study: 1 of 3 runs done, 3:41 elapsed, about 9:02 left", line
+
+
 def test_runs_that_all_failed_are_not_called_done(make_record, tmp_path):
     """Before: a study whose two runs both failed logged "study: 2 of 2 runs done, 2 failed"."""
     from dpmed.executors import RunFailure
 
     progress = StudyProgress(total=2, earlier=0, todo=[make_record("a_seed0", "a").plan,
-                                                       make_record("b_seed0", "b").plan], n_train=N_TRAIN, workers=1)
+                                                       make_record("b_seed0", "b").plan], n_train=N_TRAIN, workers=1,
+                             n_patients=N_TRAIN)
     progress.line("a_seed0", RunFailure("a_seed0", "RuntimeError: boom", tmp_path / "a.json"))
     line = progress.line("b_seed0", RunFailure("b_seed0", "RuntimeError: boom", tmp_path / "b.json"))
     assert re.fullmatch(r"study: 0 of 2 runs done, 2 failed, 0:00 elapsed", line), line

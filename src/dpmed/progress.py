@@ -16,14 +16,17 @@ __all__ = ["StudyProgress"]
 
 class StudyProgress:
     """The study's progress line after each run: runs done of all, time elapsed, and time left, from the rate of
-    the runs finished in this session (`dpmed.timing.Rates`), shared among ``workers``."""
+    the runs finished in this session (`dpmed.timing.Rates`), shared among ``workers``. ``n_patients``: the training
+    patients, of which an audited run without DP-SGD trains on what its canary draws leave (`dpmed.timing.run_steps`):
+    its steps are counted in expectation, as the plan counts them."""
 
-    def __init__(self, *, total: int, earlier: int, todo: Iterable[RunPlan], n_train: int, workers: int) -> None:
+    def __init__(self, *, total: int, earlier: int, todo: Iterable[RunPlan], n_train: int, workers: int,
+                 n_patients: int) -> None:
         self.total, self.earlier = total, earlier
         self.left = {p.run_id: p for p in todo}
         self.finished: list[tuple[RunPlan, Timing]] = []
         self.failed, self.workers = 0, workers
-        self.n_train = n_train
+        self.n_train, self.n_patients = n_train, n_patients
         self.start = time.perf_counter()
 
     def line(self, run_id: str, outcome: RunRecord | RunFailure, timing: Timing | None = None) -> str:
@@ -40,8 +43,9 @@ class StudyProgress:
                  + (f", {self.failed} failed" if self.failed else ""),
                  f"{clock(time.perf_counter() - self.start)} elapsed"]
         if self.left:
-            rates = Rates.from_runs(self.finished, self.n_train)
-            seconds = [rates.run_seconds(p, self.n_train) for p in self.left.values()] if rates else [None]
+            rates = Rates.from_runs(self.finished, self.n_train, self.n_patients)
+            seconds = ([rates.run_seconds(p, self.n_train, n_patients=self.n_patients) for p in self.left.values()]
+                       if rates else [None])
             if None in seconds:
                 parts.append("time left: known after the first run")
             else:

@@ -540,7 +540,8 @@ def _run_study(study: Study, *, out: Path | str, progress: bool, executor: str, 
                 _log.info("[%d/%d] %s: finished earlier, skipped", order[run_id], len(plans), run_id)
         todo = [RunTask(plan, folder.run(plan.run_id)) for plan in prepared.todo]
         tracker = StudyProgress(total=len(plans), earlier=len(prepared.finished), todo=prepared.todo,
-                                n_train=len(dataset.train), workers=workers if executor == "local" else len(todo) or 1)
+                                n_train=len(dataset.train), workers=workers if executor == "local" else len(todo) or 1,
+                                n_patients=len(set(dataset.train.patient_ids.astype(str).tolist())))
 
         def on_outcome(task: RunTask, outcome: RunRecord | RunFailure) -> None:
             outcomes[task.plan.run_id] = outcome
