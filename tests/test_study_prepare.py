@@ -634,10 +634,11 @@ def test_the_advice_for_a_rough_count_of_five_units_stays_within_size_epsilon_s_
             in told), told
     if size_epsilon < 1:
         assert told.endswith("for so few, set size_epsilon 1 and training.steps, which keeps T off the count (q = B / "
-                             "N still reads it)"), told
+                             "N still reads it), and no epochs on arm dp, which replace it"), told
     else:
         assert "set size_epsilon" not in told and told.endswith(
-            "set training.steps, which keeps T off the count (q = B / N still reads it), or train on more units"), told
+            "set training.steps, which keeps T off the count (q = B / N still reads it), and no epochs on arm dp, "
+            "which replace it, or train on more units"), told
     advised = HEAD + "size_epsilon: 1\ntraining: {steps: 20}\n" + f"arms: [{DP.replace(', epochs: 2', '')}]\n"
     load_study(write_study(advised))            # what it advises is a valid study
     with pytest.raises(Refused, match="size_epsilon"):
@@ -648,3 +649,25 @@ def test_the_advice_for_a_rough_count_of_five_units_stays_within_size_epsilon_s_
                  f"arms: [{DP.replace(', epochs: 2', '')}]\n")
     [told] = [r.getMessage() for r in caplog.records if "is rough" in r.getMessage()]
     assert "training.steps" not in told and told.endswith("(at 1 it is +- 3); train on more units"), told
+
+
+@pytest.mark.parametrize("first", ["by_steps", "by_epochs"])
+def test_the_advice_for_a_rough_count_names_the_arms_whose_epochs_read_t_from_it_whichever_is_listed_first(
+        write_study, tmp_path, caplog, monkeypatch, first):
+    """A study with training.steps and two DP-SGD arms of one count, one with epochs of its own (which replace
+    training.steps): the first run of the count decided the advice alone, so listed first the arm with epochs had
+    the study told to set the training.steps it had, and listed second it went untold that its epochs read T from
+    the count. Either order now names it."""
+    import logging
+
+    import dpmed.study
+
+    monkeypatch.setattr(dpmed.study, "release_sizes", lambda needed, **kwargs: {key: 5 for key in needed})
+    arms = ["{name: by_steps, mechanism: dp_sgd, target_epsilon: 8}",
+            "{name: by_epochs, mechanism: dp_sgd, target_epsilon: 8, epochs: 2}"]
+    arms.sort(key=lambda arm: not arm.startswith(f"{{name: {first},"))
+    with caplog.at_level(logging.WARNING, logger="dpmed.study"):
+        _prepare(write_study, tmp_path, f"size_epsilon: 1\ntraining: {{steps: 20}}\narms: [{', '.join(arms)}]\n")
+    [told] = [r.getMessage() for r in caplog.records if "is rough" in r.getMessage()]
+    assert told.endswith("; set training.steps, which keeps T off the count (q = B / N still reads it), and no epochs "
+                         "on arm by_epochs, which replace it, or train on more units"), told

@@ -254,7 +254,7 @@ def _tell_whole_batches(plans: list[RunPlan]) -> None:
                          plan.run_id, dp.unit, plan.training.batch_size, dp.unit, dp.steps)
 
 
-def _tell_rough_counts(plans: list[RunPlan]) -> None:
+def _tell_rough_counts(plans: list[RunPlan], arms_with_epochs: set[str]) -> None:
     """Warn, once per count, where a DP count a DP-SGD run still to train plans from is rough against its noise
     (`count_is_rough`: at the default size_epsilon, a count below about 300 units): q, the expected batch and T by
     epochs may then be off by a factor of two or more, silently. ``plans``: the runs still to train; a finished run
@@ -263,7 +263,10 @@ def _tell_rough_counts(plans: list[RunPlan]) -> None:
     may publish: one chosen from this count would be a function of it, spending its eps again where no card counts
     it, and one from the exact size would release that size outright. Below 12 units no size_epsilon within the
     schema's limit narrows the count to a quarter of them: there it says so, and that training.steps keeps T off the
-    count (q = B / N still reads it)."""
+    count (q = B / N still reads it) where a run of the count plans T by epochs, with no epochs on its arm (one of
+    ``arms_with_epochs``), which replace training.steps. Before, the first run of the count decided alone: a study
+    with training.steps whose arm listed first had epochs was told to set it, and one whose first had none was not
+    told that the other arms' epochs read T from the count."""
     told = set()
     limit = next(m.le for m in Study.model_fields["size_epsilon"].metadata if hasattr(m, "le"))
     # the margin is about ln(1 / (1 - confidence)) / eps, so 4 ln 20 / n, 12 / n, makes it a quarter of n
@@ -274,8 +277,12 @@ def _tell_rough_counts(plans: list[RunPlan]) -> None:
                 and count_is_rough(dp.released_count, dp.size_epsilon)):
             continue
         told.add(dp.size_key)
+        by_epochs = {p.arm for p in plans if isinstance(p.privacy, DpSgdPlan) and p.privacy.size_key == dp.size_key
+                     and p.training.steps is None}
+        own = sorted(by_epochs & arms_with_epochs)
         steps = ("training.steps, which keeps T off the count (q = B / N still reads it)"
-                 if plan.training.steps is None else "")
+                 + (f", and no epochs on arm{'s' if len(own) > 1 else ''} {', '.join(own)}, which replace it"
+                    if own else "") if by_epochs else "")
         at_limit = (f"no size_epsilon within its limit, {limit:g}, narrows a count of fewer than {per_unit / limit:g} "
                     f"units so far (at {limit:g} it is +- {count_margin(limit)})")
         if dp.size_epsilon < limit:
@@ -352,7 +359,7 @@ def prepare_study(study: Study, *, out: Path | str = "results") -> PreparedStudy
         _refuse_vacuous_budget_delta(study.privacy_budget.delta, plans)
         check_budget(study.privacy_budget, privacy)
     # last: a study refused above is told that alone; only where a run still to train plans from the count
-    _tell_rough_counts([p for p in plans if p.run_id not in existing])
+    _tell_rough_counts([p for p in plans if p.run_id not in existing], {arm.name for arm in study.arms if arm.epochs})
     return PreparedStudy(study=study, folder=folder, dataset=dataset, plans=plans, finished=existing,
                          elsewhere=elsewhere, privacy=privacy, load_seconds=load_seconds, fingerprint=fingerprint,
                          attributes=attributes, sizes=sizes, reevaluate=tuple(stale))

@@ -518,7 +518,7 @@ class Study(_Strict):
     calibrated to the target less it). The count's error is about 1.4 / size_epsilon units (71 at 0.02), which moves
     q and T by that share of N and leaves the accounting exact; where that is much of the count (below about 300 at
     0.02), planning warns, and 12 / n suits a study of about n units, n from what may be published of its size (at
-    most 1: below 12 units none does, and training.steps keeps T off the count).
+    most 1: below 12 units none does, and training.steps keeps T off the count where no arm's epochs replace it).
     pretrain: public pretraining before the arms (`PretrainConfig`); every arm starts from its weights.
     settings_chosen_on: on what data the learning rates, clipping norm, batch size and length were chosen, in the
     user's words; the report prints it under the arms' recipes ("How each arm trained"). Settings picked by
