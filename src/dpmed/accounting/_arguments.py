@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import numbers
 import operator
-from typing import SupportsIndex
+from typing import SupportsIndex, cast
 
 __all__ = ["real", "positive", "probability", "count", "ANALYSED_NOISES", "check_accountant_noise"]
 
@@ -59,9 +59,10 @@ def probability(name: str, value: object, *, include_one: bool, hint: str = "") 
 def count(name: str, value: object, *, minimum: int, hint: str = "") -> int:
     """``value`` as a Python int >= ``minimum`` (numpy integers accepted; floats and bools are not)."""
     try:
-        if isinstance(value, bool) or not isinstance(value, SupportsIndex):
+        if isinstance(value, bool):
             raise TypeError
-        value = operator.index(value)
+        # a cast, not isinstance against the protocol: that costs about 20 us, and operator.index checks it anyway
+        value = operator.index(cast(SupportsIndex, value))
     except TypeError:
         raise ValueError(f"{name} must be an integer, got {value!r}{_tail(hint)}") from None
     if value < minimum:
