@@ -87,18 +87,18 @@ class _Label:
     leader: Path | None = None
 
 
-def _grid(sizes: list[Any], gap: float, step: float, room: Any, boxes: list[Any], at: Any,
-          later: list[tuple[float, float]]) -> list[tuple]:
+def _grid(sizes: list[Any], gap: float, step: float, room: Any, taken: np.ndarray, at: Any,
+          later: list[tuple[float, float]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Where a label may go away from its point ``at`` (display), as (which wording, of display ``sizes``, and the
-    offset of its centre in pixels): every place on a grid of ``step`` pixels at least ``gap`` from the point where
-    the label stays inside ``room`` (the axes) and covers none of ``boxes``; nearest first, and at one distance the
-    longer wording first. Places straight above or below ``later`` points (display x ranges: the points whose
-    labels are still to come, and their leaders' bends) come last: a label there would leave another point's label
-    no way back to its point."""
+    offset of its centre in pixels; arrays): every place on a grid of ``step`` pixels at least ``gap`` from the point
+    where the label stays inside ``room`` (the axes) and covers none of ``taken`` (boxes' extents); nearest first,
+    and at one distance the longer wording first. Places straight above or below ``later`` points (display x ranges:
+    the points whose labels are still to come, and their leaders' bends) come last: a label there would leave another
+    point's label no way back to its point."""
     xs = np.arange(np.ceil((room.x0 - at[0]) / step), np.floor((room.x1 - at[0]) / step) + 1) * step
     ys = np.arange(np.ceil((room.y0 - at[1]) / step), np.floor((room.y1 - at[1]) / step) + 1) * step
     dx, dy = (a.ravel() for a in np.meshgrid(xs, ys))
-    taken = np.array([b.extents for b in boxes]).reshape(-1, 1, 4)
+    taken = taken.reshape(-1, 1, 4)
     found = []
     for n, (w, h) in enumerate(sizes):
         x0, y0, x1, y1 = at[0] + dx - w / 2, at[1] + dy - h / 2, at[0] + dx + w / 2, at[1] + dy + h / 2
@@ -108,8 +108,40 @@ def _grid(sizes: list[Any], gap: float, step: float, room: Any, boxes: list[Any]
         blocks = np.zeros_like(ok)
         for lo, hi in later:
             blocks |= (x0 < hi) & (lo < x1)
-        found += [(b, round(d / step), n, abs(v), u, v) for b, d, u, v in zip(blocks[ok], away[ok], dx[ok], dy[ok])]
-    return [(n, u, v) for *_, n, _, u, v in sorted(found)]
+        found.append((blocks[ok], np.rint(away[ok] / step), np.full(ok.sum(), n), dx[ok], dy[ok]))
+    blocks, away, n, u, v = (np.concatenate(a) for a in zip(*found))
+    order = np.lexsort((v, u, np.abs(v), n, away, blocks))       # the last key first
+    return n[order], u[order], v[order]
+
+
+def _extents(boxes: list[Any]) -> np.ndarray:
+    """The (x0, y0, x1, y1) of each of ``boxes``, one row each, lower edge first as `Bbox.overlaps` orders them."""
+    e = np.array([b.extents for b in boxes], float).reshape(-1, 4)
+    return np.hstack([np.minimum(e[:, :2], e[:, 2:]), np.maximum(e[:, :2], e[:, 2:])])
+
+
+def _near(a: np.ndarray, b: np.ndarray, margin: float = 0.0) -> np.ndarray:
+    """Which of boxes ``a`` (rows of x0, y0, x1, y1) come within ``margin`` pixels of which of ``b`` (one row of a
+    ``b`` column each), edges touching included: `Bbox.overlaps` of every pair at once at no margin. With a margin, a
+    line whose extents are not near a box cannot cross it, so only the pairs near each other need matplotlib's exact
+    test, each a call of its own (most of the time the labels took, with a Bbox made per place)."""
+    a, b = a[:, None], b[None]
+    return ((a[..., 0] - margin <= b[..., 2]) & (b[..., 0] <= a[..., 2] + margin)
+            & (a[..., 1] - margin <= b[..., 3]) & (b[..., 1] <= a[..., 3] + margin))
+
+
+def _leaders(at: np.ndarray, boxes: np.ndarray, dx: np.ndarray, dy: np.ndarray, elbow: float,
+             shrink: float) -> tuple[np.ndarray, np.ndarray]:
+    """The leader from each of the label ``boxes`` (extents) centred (dx, dy) from the point ``at`` back to it: from
+    the label's nearest edge to a bend :data:`_ELBOW` across and up or down from the point, towards the label (level:
+    above it), then to the point short of it by the shrink; straight where the bend is in line with both. Returns
+    each leader's three vertices (start, bend, end) and whether it bends."""
+    side = np.where(np.stack([dx, dy], 1) < 0, -1.0, 1.0)
+    corner = at + side * elbow
+    start = np.clip(corner, boxes[:, :2], boxes[:, 2:])
+    end = at + side * shrink / np.sqrt(2)
+    (u, v), (p, q) = (corner - start).T, (at - corner).T
+    return np.stack([start, corner, end], 1), np.abs(u * q - v * p) > 1e-6
 
 
 def _place(text: Annotation, boxes: list[Any], own: list[Any], leaders: list[Path], later: list[tuple], room: Any,
@@ -121,7 +153,10 @@ def _place(text: Annotation, boxes: list[Any], own: list[Any], leaders: list[Pat
     short of the point and must cross no leader and none of ``boxes`` but ``own`` (they sit at the point: no line
     could reach it past them); where every such leader would cross a bar or leader (points closer than its bend),
     the nearest clear place with a leader that crosses. Where no place is clear (a tiny axes), the first beside the
-    point inside the axes, else the narrowest wording on the side with more room."""
+    point inside the axes, else the narrowest wording on the side with more room.
+
+    Every place is tried against every box at once (:func:`_near`); matplotlib's own tests of a line against a box
+    or line, exact to its rounding, decide only where the two come near each other."""
     at = np.asarray(text.axes.transData.transform(text.xy))
     x, y = at
     gap = _GAP / points
@@ -129,36 +164,47 @@ def _place(text: Annotation, boxes: list[Any], own: list[Any], leaders: list[Pat
     below = max([gap] + [y - b.y0 + 1 for b in own])
     wordings = _wordings(text.get_text())
     sizes = [_set(text, words, 0.0, 0.0, "center").size for words in wordings]
+    taken = _extents(boxes)
+    drawn = _extents([line.get_extents() for line in leaders])
 
     def label(n: int, dx: float, dy: float, align: str) -> _Label:
         w, h = sizes[n]
         return _Label(wordings[n], dx, dy, align, Bbox.from_bounds(x + dx - w / 2, y + dy - h / 2, w, h))
 
-    def free(box: Any) -> bool:
-        return not any(box.overlaps(b) for b in boxes) and not any(
-            line.intersects_bbox(box, filled=False) for line in leaders)
+    def free(box: Any, near: np.ndarray) -> bool:         # ``near``: the leaders it comes near
+        return not any(leaders[j].intersects_bbox(box, filled=False) for j in np.flatnonzero(near))
 
     beside = [label(n, *place) for n, (w, h) in enumerate(sizes) for place in (
         (gap + w / 2, 0.0, "left"), (-gap - w / 2, 0.0, "right"), (0.0, above + h / 2, "center"),
         (0.0, -below - h / 2, "center"))]
     beside = [placed for placed in beside if _inside(placed.box, room)]
-    found = next((placed for placed in beside if free(placed.box)), None)
-    if found:
-        return found
-    elbow, shrink = _ELBOW / points, _LEADER["shrinkB"] / points
+    if beside:
+        spans = _extents([placed.box for placed in beside])
+        clear, near = ~_near(spans, taken).any(1), _near(spans, drawn, 1.0)
+        found = next((placed for placed, c, m in zip(beside, clear, near) if c and free(placed.box, m)), None)
+        if found:
+            return found
+    n, dx, dy = _grid(sizes, gap, text.get_fontsize() / 2 / points, room, taken, at, later)
+    w, h = np.array(sizes, float).reshape(-1, 2)[n].T
+    spans = np.stack([x + dx - w / 2, y + dy - h / 2, x + dx - w / 2 + w, y + dy - h / 2 + h], 1)   # as label's
+    lines, bent = _leaders(at, spans, dx, dy, _ELBOW / points, _LEADER["shrinkB"] / points)
+    reach = np.where(bent[:, None, None], lines, lines[:, [0, 0, 2]])       # the vertices each leader has
+    reach = np.hstack([reach.min(1), reach.max(1)])
+    mine = {id(b) for b in own}
+    past = [k for k, b in enumerate(boxes) if id(b) not in mine]
+    clear = np.flatnonzero(~_near(spans, taken).any(1))
+    on_box, on_line, crossed = (_near(spans[clear], drawn, 1.0), _near(reach[clear], taken[past], 1.0),
+                                _near(reach[clear], drawn, 1.0))
     crossing = None            # the nearest place whose leader must cross a bar or leader: kept as a fallback
-    for n, dx, dy in _grid(sizes, gap, text.get_fontsize() / 2 / points, room, boxes, at, later):
-        placed = label(n, dx, dy, "left" if dx > 0 else "right")
-        side = np.where(np.array([dx, dy]) < 0, -1.0, 1.0)          # towards the label (level: above it)
-        corner = at + side * elbow
-        start = np.clip(corner, placed.box.p0, placed.box.p1)
-        end = at + side * shrink / np.sqrt(2)
-        (u, v), (p, q) = corner - start, at - corner
-        line = Path([start, corner, end] if abs(u * q - v * p) > 1e-6 else [start, end])   # else in line with it
-        if free(placed.box) and not any(line.intersects_bbox(b, filled=False) for b in boxes if b not in own) and \
-                not any(line.intersects_path(other, filled=False) for other in leaders):
+    for i, k in enumerate(clear):
+        placed = label(n[k], dx[k], dy[k], "left" if dx[k] > 0 else "right")
+        if not free(placed.box, on_box[i]):
+            continue
+        line = Path(lines[k] if bent[k] else lines[k, [0, 2]])           # else in line with it
+        if not any(line.intersects_bbox(boxes[past[j]], filled=False) for j in np.flatnonzero(on_line[i])) and \
+                not any(line.intersects_path(leaders[j], filled=False) for j in np.flatnonzero(crossed[i])):
             return replace(placed, leader=line)
-        if crossing is None and free(placed.box):
+        if crossing is None:
             crossing = replace(placed, leader=line)
     # Points closer than a leader's bend (high budgets a fraction of a decade apart): no leader reaches the point
     # past its neighbours' bars. A label that crosses a bar to its point is still legible and names it; labels piled
