@@ -8,11 +8,13 @@ import re
 import numpy as np
 import pytest
 
+from matplotlib.path import Path
 from matplotlib.text import Annotation, Text
 from matplotlib.transforms import Bbox
 
 from dpmed.comparisons import compare_runs
 from dpmed.mechanisms import PrivacyCard
+from dpmed.reporting import point_labels
 from dpmed.reporting.figures import auroc_alt, auroc_figure
 
 
@@ -603,6 +605,45 @@ def test_labels_of_budgets_a_fraction_of_a_decade_apart_never_pile_up(make_recor
                     at = fig.axes[0].transData.transform(text.xy)
                     assert np.hypot(*(end - at)) <= 6 * fig.dpi / 72, text.get_text()
     assert not piled, piled
+
+
+def test_labels_go_where_matplotlibs_own_test_of_each_leader_and_box_would_put_them(make_record, monkeypatch):
+    """Each place's leader is tested against every box at once in numpy, and matplotlib's exact test is asked only
+    where numpy's rounding could decide otherwise: every label lands where it lands with matplotlib asked for every
+    leader and box (each place one call per box took most of a figure's time)."""
+    sweeps = [[(8.55e3, 0.951), (3.57e4, 0.96), (4.38e6, 0.913), (1.22e9, 0.948), (2.85e9, 0.922), (3.76e13, 0.901)],
+              [(1.5e6, 0.93), (2.1e6, 0.95), (3.3e6, 0.92), (5.2e6, 0.94), (8.1e6, 0.935)]]
+
+    def places() -> list:
+        figs = [auroc_figure(_sweep_records(make_record, sweep), narrow=narrow) for sweep in sweeps
+                for narrow in (False, True)]
+        return [(t.get_text(), tuple(t.xyann), t.arrow_patch is not None) for fig in figs for t in fig.axes[0].texts]
+
+    fast = places()
+    assert any(moved for *_, moved in fast)                              # some leaders were tested
+    monkeypatch.setattr(point_labels, "_crossing", lambda lines, bent, boxes: (
+        np.zeros((len(lines), len(boxes)), bool), np.ones((len(lines), len(boxes)), bool)))      # all unsure
+    assert places() == fast
+
+
+@pytest.mark.parametrize("step", [0.5, None])
+def test_numpy_says_a_leader_crosses_a_box_only_as_matplotlib_does(step):
+    """Leaders and boxes on a half-pixel grid (many lines along, or ending on, a box's edge: where rounding
+    decides) and anywhere: where numpy decides whether a leader crosses a box, matplotlib's `Path.intersects_bbox`
+    decides the same, and anywhere numpy decides nearly every pair itself."""
+    rng = np.random.default_rng(3)
+    lines = rng.uniform(0, 6, (300, 3, 2))
+    corners = rng.uniform(0, 6, (40, 2)), rng.uniform(0, 3, (40, 2))
+    if step:
+        lines, corners = np.round(lines / step) * step, [np.round(c / step) * step for c in corners]
+    boxes = np.hstack([corners[0], corners[0] + corners[1]])
+    bent = rng.random(len(lines)) < 0.7
+    hits, unsure = point_labels._crossing(lines, bent, boxes)
+    for i, j in zip(*np.nonzero(~unsure)):
+        path = Path(lines[i] if bent[i] else lines[i, [0, 2]])
+        assert hits[i, j] == path.intersects_bbox(Bbox(boxes[j].reshape(2, 2)), filled=False), (lines[i], boxes[j])
+    assert hits.any() and (~hits & ~unsure).any()
+    assert unsure.mean() < (0.5 if step else 0.001)
 
 
 def test_a_study_of_non_private_runs_only_draws_an_empty_dp_sgd_panel_that_says_so(records):

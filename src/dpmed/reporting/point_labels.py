@@ -144,6 +144,33 @@ def _leaders(at: np.ndarray, boxes: np.ndarray, dx: np.ndarray, dy: np.ndarray, 
     return np.stack([start, corner, end], 1), np.abs(u * q - v * p) > 1e-6
 
 
+def _crossing(lines: np.ndarray, bent: np.ndarray, boxes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Whether each of ``lines`` (vertices and bends from :func:`_leaders`) crosses each of ``boxes`` (extents), as
+    matplotlib's `Path.intersects_bbox` (unfilled) decides it: its first vertex inside the box, edges included, or a
+    segment reaching into it. Returns (crosses, unsure): where the two sides of a comparison come within rounding of
+    each other (a line along a box's edge) numpy's rounding may differ from matplotlib's, and only its test can say."""
+    cx, cy = (boxes[:, 0] + boxes[:, 2]) * 0.5, (boxes[:, 1] + boxes[:, 3]) * 0.5
+    w, h = np.abs(boxes[:, 0] - boxes[:, 2]), np.abs(boxes[:, 1] - boxes[:, 3])
+
+    def below(lhs: np.ndarray, rhs: np.ndarray, *terms: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        slack = 1e-9 * (np.abs(lhs) + np.abs(rhs) + sum(np.abs(t) for t in terms) + 1.0)
+        return rhs - lhs > slack, rhs - lhs < -slack               # surely below; surely not
+
+    start, corner, end = (lines[:, k, None, :] for k in range(3))      # each against every box
+    corner = np.where(bent[:, None, None], corner, end)                # a straight leader: its one segment twice
+    (inx, outx), (iny, outy) = below(2.0 * np.abs(start[..., 0] - cx), w), below(2.0 * np.abs(start[..., 1] - cy), h)
+    hits, misses = inx & iny, outx | outy
+    for a, b in ((start, corner), (corner, end)):
+        (ax, ay), (bx, by) = np.moveaxis(a, -1, 0), np.moveaxis(b, -1, 0)
+        across = (ax - cx) * (ay - by), (ay - cy) * (ax - bx)
+        tests = (below(np.abs(ax + bx - 2.0 * cx), np.abs(ax - bx) + w),
+                 below(np.abs(ay + by - 2.0 * cy), np.abs(ay - by) + h),
+                 below(2.0 * np.abs(across[0] - across[1]), w * np.abs(ay - by) + h * np.abs(ax - bx), *across))
+        hits = hits | (tests[0][0] & tests[1][0] & tests[2][0])
+        misses = misses & (tests[0][1] | tests[1][1] | tests[2][1])
+    return hits, ~hits & ~misses
+
+
 def _place(text: Annotation, boxes: list[Any], own: list[Any], leaders: list[Path], later: list[tuple], room: Any,
            points: float) -> _Label:
     """Where a point's label goes: right, left, above or below the point (above and below clear of ``own``, its
@@ -155,15 +182,17 @@ def _place(text: Annotation, boxes: list[Any], own: list[Any], leaders: list[Pat
     the nearest clear place with a leader that crosses. Where no place is clear (a tiny axes), the first beside the
     point inside the axes, else the narrowest wording on the side with more room.
 
-    Every place is tried against every box at once (:func:`_near`); matplotlib's own tests of a line against a box
-    or line, exact to its rounding, decide only where the two come near each other."""
+    Every place and its leader are tested against every box at once in numpy (:func:`_near`, :func:`_crossing`);
+    matplotlib's own tests, one call per place and box (most of a figure's time when each was asked), decide only
+    where a leader comes near another leader or numpy's rounding could decide otherwise. The wordings are measured as
+    they are needed, each a text layout."""
     at = np.asarray(text.axes.transData.transform(text.xy))
     x, y = at
     gap = _GAP / points
     above = max([gap] + [b.y1 - y + 1 for b in own])        # a pixel past their edge, which rounding may not clear
     below = max([gap] + [y - b.y0 + 1 for b in own])
     wordings = _wordings(text.get_text())
-    sizes = [_set(text, words, 0.0, 0.0, "center").size for words in wordings]
+    sizes: list[Any] = []      # measured as they are needed: most labels fit beside their point as they are
     taken = _extents(boxes)
     drawn = _extents([line.get_extents() for line in leaders])
 
@@ -171,19 +200,26 @@ def _place(text: Annotation, boxes: list[Any], own: list[Any], leaders: list[Pat
         w, h = sizes[n]
         return _Label(wordings[n], dx, dy, align, Bbox.from_bounds(x + dx - w / 2, y + dy - h / 2, w, h))
 
-    def free(box: Any, near: np.ndarray) -> bool:         # ``near``: the leaders it comes near
+    def free(box: Any, near: np.ndarray | None = None) -> bool:
+        """Whether ``box`` covers none of ``boxes`` and no leader; ``near``: the leaders it comes near, where its
+        cover of the boxes is already known."""
+        if near is None:
+            if _near(box.extents[None], taken).any():
+                return False
+            near = _near(box.extents[None], drawn, 1.0)[0]
         return not any(leaders[j].intersects_bbox(box, filled=False) for j in np.flatnonzero(near))
 
-    beside = [label(n, *place) for n, (w, h) in enumerate(sizes) for place in (
-        (gap + w / 2, 0.0, "left"), (-gap - w / 2, 0.0, "right"), (0.0, above + h / 2, "center"),
-        (0.0, -below - h / 2, "center"))]
-    beside = [placed for placed in beside if _inside(placed.box, room)]
-    if beside:
-        spans = _extents([placed.box for placed in beside])
-        clear, near = ~_near(spans, taken).any(1), _near(spans, drawn, 1.0)
-        found = next((placed for placed, c, m in zip(beside, clear, near) if c and free(placed.box, m)), None)
-        if found:
-            return found
+    beside = []
+    for n, words in enumerate(wordings):
+        sizes.append(_set(text, words, 0.0, 0.0, "center").size)
+        w, h = sizes[n]
+        for place in ((gap + w / 2, 0.0, "left"), (-gap - w / 2, 0.0, "right"), (0.0, above + h / 2, "center"),
+                      (0.0, -below - h / 2, "center")):
+            placed = label(n, *place)
+            if _inside(placed.box, room):
+                if free(placed.box):
+                    return placed
+                beside.append(placed)
     n, dx, dy = _grid(sizes, gap, text.get_fontsize() / 2 / points, room, taken, at, later)
     w, h = np.array(sizes, float).reshape(-1, 2)[n].T
     spans = np.stack([x + dx - w / 2, y + dy - h / 2, x + dx - w / 2 + w, y + dy - h / 2 + h], 1)   # as label's
@@ -193,15 +229,19 @@ def _place(text: Annotation, boxes: list[Any], own: list[Any], leaders: list[Pat
     mine = {id(b) for b in own}
     past = [k for k, b in enumerate(boxes) if id(b) not in mine]
     clear = np.flatnonzero(~_near(spans, taken).any(1))
-    on_box, on_line, crossed = (_near(spans[clear], drawn, 1.0), _near(reach[clear], taken[past], 1.0),
-                                _near(reach[clear], drawn, 1.0))
+    on_box, crossed = _near(spans[clear], drawn, 1.0), _near(reach[clear], drawn, 1.0)
+    hits, unsure = _crossing(lines[clear], bent[clear], taken[past])
+    blocked = hits.any(1)
     crossing = None            # the nearest place whose leader must cross a bar or leader: kept as a fallback
     for i, k in enumerate(clear):
+        if blocked[i] and crossing is not None:
+            continue
         placed = label(n[k], dx[k], dy[k], "left" if dx[k] > 0 else "right")
         if not free(placed.box, on_box[i]):
             continue
         line = Path(lines[k] if bent[k] else lines[k, [0, 2]])           # else in line with it
-        if not any(line.intersects_bbox(boxes[past[j]], filled=False) for j in np.flatnonzero(on_line[i])) and \
+        if not blocked[i] and \
+                not any(line.intersects_bbox(boxes[past[j]], filled=False) for j in np.flatnonzero(unsure[i])) and \
                 not any(line.intersects_path(leaders[j], filled=False) for j in np.flatnonzero(crossed[i])):
             return replace(placed, leader=line)
         if crossing is None:
