@@ -611,8 +611,7 @@ def test_labels_go_where_matplotlibs_own_test_of_each_leader_and_box_would_put_t
     """Each place's leader is tested against every box at once in numpy, and matplotlib's exact test is asked only
     where numpy's rounding could decide otherwise: every label lands where it lands with matplotlib asked for every
     leader and box (each place one call per box took most of a figure's time)."""
-    sweeps = [[(8.55e3, 0.951), (3.57e4, 0.96), (4.38e6, 0.913), (1.22e9, 0.948), (2.85e9, 0.922), (3.76e13, 0.901)],
-              [(1.5e6, 0.93), (2.1e6, 0.95), (3.3e6, 0.92), (5.2e6, 0.94), (8.1e6, 0.935)]]
+    sweeps = [[(1.5e6, 0.93), (2.1e6, 0.95), (3.3e6, 0.92), (5.2e6, 0.94), (8.1e6, 0.935)]]   # closer than a bend
 
     def places() -> list:
         figs = [auroc_figure(_sweep_records(make_record, sweep), narrow=narrow) for sweep in sweeps
