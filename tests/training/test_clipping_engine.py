@@ -505,3 +505,52 @@ def test_every_ghost_rule_whose_positions_cancel_norms_to_the_exact_norm(case, m
     clip = min(exact) / 10
     GhostClipper(layer, route="ghost").clipped_sum(x, upstream, max_grad_norm=clip, loss_fn=lambda z, u: (z * u).sum())
     assert max(f * n for f, n in zip(factors[0].tolist(), exact)) <= clip * (1 + 1e-6)
+
+
+def _routes_taken(monkeypatch, layer: nn.Module, x, groups=None) -> list[bool]:
+    """[whether the mixed route took each call ghost], then [whether it took pair dot products] with groups."""
+    import dpmed.training.clipping as clipping
+    taken = []
+    for name in ("_use_ghost", "_pairs_cheaper"):
+        def spy(tape, *args, _original=getattr(clipping._Tape, name)):
+            taken.append(_original(tape, *args))
+            return taken[-1]
+        monkeypatch.setattr(clipping._Tape, name, spy)
+    GhostClipper(layer).clipped_sum(x, torch.randn(len(x), *x.shape[1:]), max_grad_norm=1.0, groups=groups,
+                                    loss_fn=lambda z, u: (z * u).sum())
+    return taken
+
+
+@pytest.mark.parametrize("width, groups, float64_routes, float32_routes", [
+    (48, None, [False], [True]),                          # ghost 2/3 of materialised in multiply-adds
+    (80, torch.tensor([0, 0, 1, 1]), [True, False], [True, True])])   # ghost 2/5; with pairs (M + R) = 1.5 M: 3/5
+def test_the_mixed_route_prices_ghost_multiply_adds_as_float64(width, groups, float64_routes, float32_routes,
+                                                                monkeypatch):
+    """A Linear on 16 positions of ``width`` features: a ghost norm of (2 width) 16^2 multiply-adds against 16 width^2
+    materialised ones. Ghost norms and pair dot products are float64 (`_wide`), each multiply-add about two of
+    float32's on CPU (measured: resnet9's layer3.0.conv1 at 64 px, priced a tie as float32, normed in 0.38 s ghost
+    against 0.33 s materialised), so the mixed route takes the float32 route where ghost saves less than half."""
+    import dpmed.training.clipping as clipping
+    x = torch.randn(4, 16, width)
+    assert _routes_taken(monkeypatch, nn.Linear(width, width), x, groups) == float64_routes
+    monkeypatch.setattr(clipping, "_wide_cost", lambda device: 1.0)       # priced as float32, as before
+    assert _routes_taken(monkeypatch, nn.Linear(width, width), x, groups) == float32_routes
+
+
+@pytest.mark.parametrize("capability, cost", [((9, 0), 2.0), ((8, 0), 2.0), ((8, 6), 64.0), ((12, 0), 64.0),
+                                              ((10, 3), 64.0), ((7, 5), 64.0)])
+def test_a_float64_multiply_add_costs_more_on_gpus_without_full_rate_float64(capability, cost, monkeypatch):
+    """NVIDIA's full-size data-centre chips (A100 8.0, H100 9.0) run float64 at half float32's rate or better,
+    consumer chips (8.6, 12.0), the B300 (10.3) and the T4 (7.5) at 1/32 to 1/64: read from the device's
+    properties."""
+    import types
+
+    import dpmed.training.clipping as clipping
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda device: types.SimpleNamespace(major=capability[0], minor=capability[1]))
+    clipping._wide_cost.cache_clear()
+    try:
+        assert clipping._wide_cost(torch.device("cuda", 0)) == cost
+        assert clipping._wide_cost(torch.device("cpu")) == 2.0
+    finally:
+        clipping._wide_cost.cache_clear()

@@ -60,6 +60,7 @@ Singletons keep the image-level route and its norms, which sum nothing.
 from __future__ import annotations
 
 import contextlib
+import functools
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
@@ -328,7 +329,7 @@ class _Tape:
             return self.route == "ghost"
         m, rule, grouping = layer.module, layer.rule, self.grouping
         shared, pairs = len(grouping.shared), len(grouping.pair_left)
-        return (shared + pairs) * rule.ghost.cost(m, a, g) < shared * rule.materialised_cost(m, a, g)
+        return (shared + pairs) * _ghost_cost(rule, m, a, g) < shared * rule.materialised_cost(m, a, g)
 
     @staticmethod
     def _small(layer: _Layer, a: Tensor, g: Tensor) -> bool:
@@ -348,7 +349,7 @@ class _Tape:
             return False
         if self.route != "mixed":
             return self.route == "ghost"
-        return not self._small(layer, a, g) and rule.ghost.cost(m, a, g) < rule.materialised_cost(m, a, g)
+        return not self._small(layer, a, g) and _ghost_cost(rule, m, a, g) < rule.materialised_cost(m, a, g)
 
     def _norm_part(self, tensors, batch: int) -> Tensor:
         """This layer's share of the per-example norm: sum of squares (L2) or of absolute values (L1), [B]."""
@@ -407,6 +408,35 @@ class _Tape:
             for n, t in sums.items():
                 out[id(params[n])] = t
         return out
+
+
+def _ghost_cost(rule: LayerRule, m: nn.Module, a: Tensor, g: Tensor) -> float:
+    """A ghost norm's (or pair dot product's) cost in float32 multiply-adds, to weigh against the float32
+    materialised route: the rule counts multiply-adds, and the ghost ones are float64 (`_wide`)."""
+    return rule.ghost.cost(m, a, g) * _wide_cost(g.device)
+
+
+@functools.cache
+def _wide_cost(device: torch.device) -> float:
+    """What one float64 multiply-add costs in float32 ones on ``device``, read once per device.
+
+    Why: the rules' costs were written for float32 ghost norms. On CPU float64 matmuls take about twice float32's
+    time (SIMD lanes hold half as many), and a layer the cost model put near the boundary then normed faster
+    materialised: resnet9's layer3.0.conv1 at 64 px, 1.0 times the ghost cost, 0.38 s ghost against 0.33 s
+    (benchmarks/RESULTS.md, "The mixed route after float64 ghost norms"). NVIDIA's full-size data-centre chips
+    (`_FULL_RATE_FLOAT64`) run float64 at half float32's rate or better; the others at 1/32 to 1/64 (unmeasured
+    here: from the vendors' tables, not timed), where the ghost route is taken only where it saves far more. Read
+    from the device's properties, not timed, so that the choice is the same on every run of a machine and costs
+    nothing."""
+    if device.type != "cuda":
+        return 2.0
+    props = torch.cuda.get_device_properties(device)
+    return 2.0 if (props.major, props.minor) in _FULL_RATE_FLOAT64 else 64.0
+
+
+# CUDA compute capabilities of the chips with float64 at half float32's rate or better: P100, V100, A100, H100/H200,
+# B200. Not 10.3 (B300) nor 12.x (consumer Blackwell), whose float64 runs at 1/64.
+_FULL_RATE_FLOAT64 = frozenset({(6, 0), (7, 0), (8, 0), (9, 0), (10, 0)})
 
 
 def _wide(t: Tensor) -> Tensor:
