@@ -79,7 +79,7 @@ def print_plan(prepared: PreparedStudy, rates: Rates | None, seconds: dict[str, 
     if holder is not None:
         print(f"note: a dpmed run is working in that folder now ({holder.describe()})")
     print(f"start: {describe_start(study)}")
-    n_patients = len(set(ds.train.patient_ids.astype(str).tolist()))
+    n_patients = ds.train.n_patients
     told = checkpoints_told(folder.root, prepared.resolved(), [p.run_id for p in prepared.todo])
     # a run that continues from its checkpoint trains the steps after it only: estimated for all of them before
     # (of the steps its checkpoint counts: an audited run's own, which the plan knows only in expectation)

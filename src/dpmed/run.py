@@ -175,8 +175,7 @@ def _training_set(plan: RunPlan, dataset: Dataset, randomness: PrivacyRandomness
         # make every patient's draw read all the others. An arm without DP-SGD makes no central claim to break.
         # (The count as released also where it fell below the batch: drawn at m / B, about m count / B canaries
         # would come out.)
-        n_patients = (dp.released_count if isinstance(dp, DpSgdPlan)
-                      else len(np.unique(train_set.patient_ids.astype(str))))
+        n_patients = dp.released_count if isinstance(dp, DpSgdPlan) else train_set.n_patients
         try:
             train_set, trial = audit.insert_canaries_for(train_set, dataset.task, plan.audit, seed=plan.seed,
                                                          n_patients=n_patients, rng=randomness.stream("canaries"),

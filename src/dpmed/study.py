@@ -442,7 +442,7 @@ def estimate_times(prepared: PreparedStudy) -> tuple[Rates, dict[str, float]]:
     rates = probe_rates(prepared.todo, prepared.dataset, evaluation=prepared.study.evaluation,
                         trainable=prepared.study.model.trainable_setting)
     train = prepared.dataset.train
-    n_train, n_patients = len(train), len(set(train.patient_ids.astype(str).tolist()))
+    n_train, n_patients = len(train), train.n_patients
     return rates, {p.run_id: rates.run_seconds(p, n_train, n_patients=n_patients) or 0.0 for p in prepared.todo}
 
 
@@ -548,7 +548,7 @@ def _run_study(study: Study, *, out: Path | str, progress: bool, executor: str, 
         todo = [RunTask(plan, folder.run(plan.run_id)) for plan in prepared.todo]
         tracker = StudyProgress(total=len(plans), earlier=len(prepared.finished), todo=prepared.todo,
                                 n_train=len(dataset.train), workers=workers if executor == "local" else len(todo) or 1,
-                                n_patients=len(set(dataset.train.patient_ids.astype(str).tolist())))
+                                n_patients=dataset.train.n_patients)
 
         def on_outcome(task: RunTask, outcome: RunRecord | RunFailure) -> None:
             outcomes[task.plan.run_id] = outcome

@@ -65,6 +65,13 @@ def test_a_subset_keeps_the_order_asked_for_and_other_pixels_keep_everything_els
     np.testing.assert_array_equal(noisy.images, images.images + 1)
 
 
+def test_the_patients_are_counted_by_distinct_id_whatever_their_type():
+    assert _set().n_patients == 4
+    assert _set(patient_ids=np.array(["a", "b", "a", "c"])).n_patients == 3
+    assert _set(patient_ids=np.array([7, 7, 7, 7])).n_patients == 1
+    assert _set(patient_ids=np.array(["a", "b", "a", "c"])).subset(np.array([0, 2])).n_patients == 1
+
+
 def test_a_task_is_described_with_its_classes():
     assert Task("multiclass", ("a", "b", "c")).describe() == "multiclass (a, b, c)"
     assert Task("binary", ("NORMAL", "PNEUMONIA")).describe() == (

@@ -101,6 +101,11 @@ class ImageSet:
         return ImageSet(images, self.labels, self.patient_ids, self.sex, self.age, self.masks)
 
     @property
+    def n_patients(self) -> int:
+        """How many patients the images belong to (distinct ids)."""
+        return len(np.unique(self.patient_ids.astype(str)))
+
+    @property
     def image_shape(self) -> tuple[int, int, int]:
         """(C, H, W)."""
         return tuple(self.images.shape[1:])  # type: ignore[return-value]
