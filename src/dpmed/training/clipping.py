@@ -421,11 +421,9 @@ def _wide_cost(device: torch.device) -> float:
     """What one float64 multiply-add costs in float32 ones on ``device``, read once per device.
 
     Why: the rules' costs were written for float32 ghost norms. On CPU a float64 matmul takes about twice float32's
-    time (SIMD lanes hold half as many), and with the widening copies a float64 ghost norm took 1.0 to 4.1 times the
-    float32 one, median 2.4, over 27 layers of resnet9 and resnet18; the layers the float32 prices put within 2.1
-    times of each other normed faster materialised (resnet18's layer2 convolutions at 128 px: 0.15 s ghost against
-    0.11 s), those at 4.3 times or more faster ghost, so CPU takes 3 (benchmarks/RESULTS.md, "The mixed route after
-    float64 ghost norms"). NVIDIA's full-size data-centre chips (`_FULL_RATE_FLOAT64`) run float64 at half float32's
+    time (SIMD lanes hold half as many) and the widening copies add to it; 3 is the price that sends each layer of
+    resnet9 and resnet18 measured there to its faster route (benchmarks/RESULTS.md, "The mixed route after float64
+    ghost norms"). NVIDIA's full-size data-centre chips (`_FULL_RATE_FLOAT64`) run float64 at half float32's
     rate or better, taken as CPU's price; the others at 1/32 to 1/64 (unmeasured here: from the vendors' tables, not
     timed), where the ghost route is taken only where it saves far more. Read from the device's properties, not
     timed, so that the choice is the same on every run of a machine and costs nothing."""
