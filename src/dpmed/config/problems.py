@@ -294,8 +294,7 @@ def _blame(loc: list[str | int], origins: Mapping[str, str], kind: str = "",
     unknown key (``kind`` extra_forbidden) that an option made is that option's mistake: --set trainingg.epochs=1,
     not the file's."""
     path = [str(p) for p in loc]      # an option's key names a list's item by its index as text
-    # options apply in their order (`dpmed.cli`), so the last that covers the location gave its value
-    exact = next((origins[k] for k in reversed(origins) if path[:len(_dotted(k))] == _dotted(k)), None)
+    exact = schema.given_by(origins, path)     # options apply in their order (`dpmed.cli`): the last gave it
     inside = [origins[k] for k in origins if _dotted(k)[:len(path)] == path and _dotted(k) != path]
     makers = _made_by(path, origins, created or {}) if exact is None and kind == "extra_forbidden" else None
     return (makers, []) if makers else (exact, inside)

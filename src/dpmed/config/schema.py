@@ -450,6 +450,14 @@ class PretrainConfig(_Strict):
         return v
 
 
+def given_by(origins: Mapping[str, str], path: list[str]) -> str | None:
+    """Which of ``origins`` (a dotted key as an option set it -> how, e.g. "--set data.split.seed=3") gave the
+    setting at ``path`` (its keys, a list item's index as text), or None: the one naming it or a section holding it,
+    and of two, the later, applied last (--set data.split={...} --set data.split.seed=3 names the second, which the
+    first does not hold)."""
+    return next((said for at, said in reversed(origins.items()) if path[:len(at.split("."))] == at.split(".")), None)
+
+
 def describe_removal(key: str) -> str:
     """What removing ``key``, a setting that changes nothing (`Study.settings_turned_off`,
     `Study.settings_the_data_turn_off`), does to the runs that finished with it: none is trained again (a run's
@@ -607,12 +615,9 @@ class Study(_Strict):
         return study
 
     def origin(self, key: str) -> str | None:
-        """How the user gave ``key`` outside the study file (e.g. "--set data.split.seed=3", or the --set of a section
-        that holds it), or None: given in the file, or by a caller that said nothing of where (`given_with`). Of two
-        that cover it, the later, applied last, gave its value: --set data.split={...} --set data.split.seed=3 names
-        the second, which the first does not hold."""
-        return next((said for at, said in reversed(self._origins.items()) if key == at or key.startswith(f"{at}.")),
-                    None)
+        """How the user gave ``key`` outside the study file (`given_by`), or None: given in the file, or by a caller
+        that said nothing of where (`given_with`)."""
+        return given_by(self._origins, key.split("."))
 
     def removal(self, key: str) -> str:
         """Where to remove ``key``, a setting that changes nothing, and what that does to finished runs
