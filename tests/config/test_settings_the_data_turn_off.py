@@ -140,6 +140,22 @@ def test_dpmed_run_and_plan_tell_it_naming_the_set_that_gave_it(write_study, tmp
         assert said in (tmp_path / "out" / "s" / "private" / "dpmed.log").read_text()
 
 
+def test_a_study_built_in_python_is_told_to_remove_it_from_the_study_not_from_a_file(tmp_path, caplog):
+    """A Study built in Python has no study file: the warning asked to remove the key from one."""
+    import yaml
+
+    from dpmed import Study
+
+    _table(tmp_path, ["train"] * 4 + ["val", "test"])
+    given = yaml.safe_load(f"name: s\ndata: {{{CSV}, split: {{val_fraction: 0.3}}}}\n{SMALL}{EVALUATION}{ARMS}")
+    given["data"]["path"] = str(tmp_path / "t.csv")
+    with caplog.at_level(logging.WARNING):
+        run_study(Study.model_validate(given), out=tmp_path / "out", progress=False)
+    assert _warnings(caplog) == [
+        "data.split.val_fraction changes nothing, as t publishes its validation split, kept as published; remove it "
+        "from the Study passed to run_study (runs that finished with it are the same runs without it)"]
+
+
 @pytest.mark.parametrize("sets, blamed", [
     (["data.split={seed: 3}", "data.split.val_fraction=0.3"], "data.split.val_fraction=0.3"),
     (["data.split.val_fraction=0.2", "data.split={val_fraction: 0.3}"], "data.split={val_fraction: 0.3}"),

@@ -289,7 +289,8 @@ def check_study(study: schema.Study) -> schema.Study:
         check_run_ids(checked)
     except ValueError as exc:
         raise ConfigError(f"the Study passed to run_study: {exc}") from None
-    return checked.given_with(study._origins)     # where its keys were given, which no dump holds
+    # where its keys were given, which no dump holds
+    return checked.given_with(study._origins, from_file=study._from_file)
 
 
 def load_study(path: str | Path | None = None, overrides: Mapping[str, Any] | None = None, *,
@@ -364,7 +365,7 @@ def load_study(path: str | Path | None = None, overrides: Mapping[str, Any] | No
         check_run_ids(study)
     except ValueError as exc:
         raise ConfigError(f"study file {path}: {exc}") from None
-    study = study.given_with(origins)
+    study = study.given_with(origins, from_file=True)
     _tell_settings_turned_off(study, path)
     try:
         return _with_paths_resolved(study, path)

@@ -546,9 +546,11 @@ class Study(_Strict):
     privacy_budget: PrivacyBudget | None = None
     pretrain: PretrainConfig | None = None
     arms: list[Arm]
-    # How each key given outside the study file was given (the key as set -> e.g. "--set data.split.seed=3"), for
-    # warnings told once the data are read: held by the loaded study (`given_with`), in no file it writes
+    # How each key given outside the study file was given (the key as set -> e.g. "--set data.split.seed=3"), and
+    # whether there is a study file at all (not for a Study built in Python), for warnings told once the data are
+    # read: held by the loaded study (`given_with`), in no file it writes
     _origins: dict[str, str] = PrivateAttr(default_factory=dict)
+    _from_file: bool = PrivateAttr(default=False)
 
     @model_validator(mode="before")
     @classmethod
@@ -608,10 +610,11 @@ class Study(_Strict):
                          ("pretrain.data", self.pretrain.data.settings_turned_off(size_from_study=True))]
         return [(f"{name}.{key}", why) for name, off in sections for key, why in off]
 
-    def given_with(self, origins: Mapping[str, str]) -> "Study":
-        """This study, holding how each key of ``origins`` was given outside the study file (`origin`)."""
+    def given_with(self, origins: Mapping[str, str], *, from_file: bool = False) -> "Study":
+        """This study, holding how each key of ``origins`` was given outside the study file (`origin`), and whether
+        the rest was read from a study file (`load_study`) or given in Python (`removal`)."""
         study = self.model_copy()
-        study._origins = dict(origins)
+        study._origins, study._from_file = dict(origins), from_file
         return study
 
     def origin(self, key: str) -> str | None:
@@ -621,8 +624,10 @@ class Study(_Strict):
 
     def removal(self, key: str) -> str:
         """Where to remove ``key``, a setting that changes nothing, and what that does to finished runs
-        (`describe_removal`): from the option that gave it, or the study file."""
-        return f"remove it from {self.origin(key) or 'the study file'} ({describe_removal(key)})"
+        (`describe_removal`): from the option that gave it, the study file, or, for a Study built in Python
+        (``Study(...)``, ``Study.model_validate``), which has none, the Study as `dpmed.config.check_study` names it."""
+        given = self.origin(key) or ("the study file" if self._from_file else "the Study passed to run_study")
+        return f"remove it from {given} ({describe_removal(key)})"
 
     def settings_the_data_turn_off(self, dataset: Dataset) -> list[tuple[str, str]]:
         """(dotted key, what turns it off) for every setting of the study that ``dataset``, once read, leaves unread
