@@ -13,7 +13,8 @@ saved to dpmed-error-*.txt), 2 bad input (or the output folder is unusable or in
 another torch), 130 interrupted (Ctrl-C, or SIGTERM during `dpmed run`: `timeout`, SLURM, `docker stop`; the same
 clean-up runs for both; the command then ends as killed by SIGINT, which a shell shows as 130: `command`).
 What runs log goes to the terminal (stderr) and to the study's private log file (`dpmed.log`); progress bars only
-where stderr is a terminal, elsewhere a line after a run's first step and at each tenth of its steps.
+where stderr is a terminal, elsewhere a line after each of a run's first two steps and at each tenth of its steps
+(each hundredth from 1000 steps).
 """
 
 from __future__ import annotations
@@ -160,7 +161,8 @@ def _run_options() -> argparse.ArgumentParser:
     g = p.add_argument_group("how `dpmed run` runs the study's runs")
     g.add_argument("--no-progress", action="store_true",
                    help="no progress bars (they are drawn only where stderr is a terminal); "
-                        "a line after a run's first step and at each tenth of its steps instead")
+                        "a line after each of a run's first two steps and at each tenth of its steps (each "
+                        "hundredth from 1000 steps) instead")
     g.add_argument("--workers", type=_positive_int, metavar="N",
                    help="runs at a time in local processes (default 1; not with --executor ray)")
     g.add_argument("--executor", choices=("local", "ray"), default="local",

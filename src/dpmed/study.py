@@ -451,7 +451,8 @@ def run_study(study: Study | Path | str, *, out: Path | str = "results", progres
               worker_setup: Callable[[], None] | None = None) -> StudyResult:
     """Run every unfinished run of ``study`` (a Study, or a study file's path) into ``out/<study.name>/`` and write
     results.csv and report.html. ``progress``: progress bars (default: where stderr is a terminal, or in a Jupyter
-    kernel, where tqdm draws them as widgets; elsewhere a line at each tenth of a run's steps).
+    kernel, where tqdm draws them as widgets; elsewhere a line after each of a run's first two steps and at each
+    tenth of its steps, each hundredth from 1000 steps).
 
     The folder is held for the whole call (`claim_folder`): a second run_study on it, in another process or thread,
     raises FolderError naming this one. A run whose run.json exists is loaded, not retrained (under a changed
