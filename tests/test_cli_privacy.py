@@ -493,6 +493,7 @@ def test_risk_prints_the_library_s_bounds_at_the_prior_it_names(capsys):
         out = capsys.readouterr().out
         risk = accounting.reconstruction_risk(noise_multiplier=0.8, sample_rate=0.05, steps=200, kappa=kappa)
         assert f"(prior kappa = {kappa:.4g})" in out
+        assert "kappa = 1/N" not in out.split("assumptions:")[1]      # a given --kappa is no 1/N
         assert _shown_as_bound(out, "worst case", risk.worst_case)
         assert _shown_as_bound(out, r"relaxed \(sign unknown\)", risk.relaxed)
         assert risk.worst_case != pytest.approx(risk.relaxed, rel=1e-3)

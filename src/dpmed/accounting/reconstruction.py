@@ -331,9 +331,9 @@ def reconstruction_risk(*, noise_multiplier: float, sample_rate: float, steps: i
     ceiling = min(1.0, factor * _limits.ceiling(q, steps, kappa))
     assumptions = (
         f"informed adversary: knows every training {unit} but the target {unit}, the model and the training "
-        f"procedure, and would succeed with prior probability kappa = {kappa:.6g} without the model (kappa = 1/N: "
-        f"a uniform guess among N training {unit}s, N as released); Poisson sampling at rate q = {q:g} for T = "
-        f"{steps} steps with noise multiplier {sigma:g}; neighbouring relation: {neighbours}; worst case: the "
+        f"procedure, and would succeed with prior probability kappa = {kappa:.6g} without the model (1/N, a study's "
+        f"kappa, is a uniform guess among N training {unit}s, N as released); Poisson sampling at rate q = {q:g} for "
+        f"T = {steps} steps with noise multiplier {sigma:g}; neighbouring relation: {neighbours}; worst case: the "
         f"attacker knows the target's clipped gradient; relaxed: it does not know its sign (Kaissis et al. 2023). "
         f"No reconstruction bound here exceeds {math.ceil(ceiling * 1e4) / 100:g}%, its value with no noise at "
         f"all: the chance that the target {unit} was sampled in some step at all (1 - (1 - q)^T, with kappa"
