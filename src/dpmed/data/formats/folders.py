@@ -5,7 +5,7 @@ Layout (``data.path`` names the top folder)::
     chest_xray/                     or chest_xray/chest_xray/ (a nested extraction is descended automatically)
       train/NORMAL/IM-0115-0001.jpeg  (also "training"; split folder names match in any case)
       train/PNEUMONIA/person1_bacteria_1.jpeg
-      val/...                       optional (also "valid", "validation"); carved from train when absent
+      val/...                       optional (also "valid", "validate", "validation"); carved from train when absent
       test/...                      optional (also "testing"); carved from train when absent
     or, with no published split:
     images/<class>/<file>           every image is divided by patient into train / val / test
@@ -144,7 +144,7 @@ def _dangling(path: Path) -> bool:
 
 
 _LAYOUT_HINT = ("dpmed reads <split>/<class>/<image>, the split folders named train (or training), val (valid, "
-                "validation) or test (testing) in any case, or <class>/<image> with no split")
+                "validate, validation) or test (testing) in any case, or <class>/<image> with no split")
 
 
 def _refuse_splits_taken_for_classes(top: Path, classes_by_group: dict[Path, list[str]],
