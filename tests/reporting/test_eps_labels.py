@@ -59,6 +59,38 @@ def test_the_figure_axes_name_delta_and_accountant_and_reproducible_runs_are_plo
     assert sum("not DP: seed known" in t for t in texts) == 2
 
 
+PURE = DP_SGD.model_copy(update={"accountant": "pure", "delta": 0.0})   # pure DP by design: its bound holds at 0
+
+
+@pytest.mark.parametrize("card", [LAPLACE, DP_SGD], ids=["laplace", "dp_sgd"])
+def test_a_card_that_states_no_delta_reads_delta_unknown_not_pure_dp(tmp_path, make_record, card):
+    """A run.json edited by hand (or by another writer) to hold no delta read "delta 0" in the summary, the plan and
+    results.csv, a pure-DP claim the run never made, and a DP-SGD one stopped the report with an internal error.
+    The card is read back from run.json as every reader reads it; a pure card's delta 0 still reads 0."""
+    import json
+
+    from dpmed.records import read_record
+
+    path = tmp_path / "run.json"
+    metrics = {"test_auroc": 0.9, "test_auroc_low": 0.85, "test_auroc_high": 0.94}
+    record = make_record("r_seed0", "r", card.mechanism, eps=8.0, metrics=metrics).model_copy(
+        update={"privacy": card})
+    data = json.loads(record.model_dump_json())
+    del data["privacy"]["delta"]
+    path.write_text(json.dumps(data))
+    missing = read_record(path)
+    assert missing.privacy.delta is None
+    assert "delta unknown," in missing.privacy.in_brief() and "delta 0" not in missing.privacy.in_brief()
+    assert "δ unknown," in _plain(eps_label(missing.privacy)) and "δ 0" not in _plain(eps_label(missing.privacy))
+    [axis] = [_plain(ax.get_xlabel()) for ax in auroc_figure([missing]).axes if "δ" in ax.get_xlabel()]
+    assert "δ unknown," in axis and "δ 0" not in axis, axis
+    pure = LAPLACE if card.epsilon_image is not None else PURE
+    assert "delta 0," in pure.in_brief() and "δ 0," in _plain(eps_label(pure))
+    stated = record.model_copy(update={"privacy": pure})
+    [axis] = [_plain(ax.get_xlabel()) for ax in auroc_figure([stated]).axes if "δ" in ax.get_xlabel()]
+    assert "δ 0," in axis, axis
+
+
 def _examples_section(folder, release, make_record, make_resolved, *, with_shift: bool) -> str:
     """The released-images section's text for a study of a non-private run, a Laplace run, the same in
     reproducible mode (seeded_seed0) and, ``with_shift``, scalar_shift (a flawed mechanism's reproduction), each

@@ -292,10 +292,11 @@ class PrivacyCard(Strict):
         "0.9995 (delta 1e-05, PLD, add/remove one patient)" for 0.99942; local DP "2,048 per image (local DP, delta
         0, closed form, any two images)"; "inf (no privacy)"; a shuffled-batch run "not DP: shuffled batches (a
         Poisson run would have eps 8.37 at delta 1e-05, PLD, add/remove one image)"; a reproducible-mode run the
-        accounted line followed by "; not DP: seed known"; "not DP" for a mechanism with no eps at all."""
+        accounted line followed by "; not DP: seed known"; "not DP" for a mechanism with no eps at all. A card
+        that states no delta (a run.json edited by hand) reads "delta unknown": as 0 it would claim pure DP."""
         if not self.is_dp and self.epsilon is not None:   # an accounted value whose claim does not hold, labelled
             return f"{self.model_copy(update={'is_dp': True}).in_brief()}; not DP: {self.why_not_dp_in_brief}"
-        delta = delta_text(self.delta) if self.delta else "0"
+        delta = "unknown" if self.delta is None else delta_text(self.delta)
         if self.epsilon is None and self.epsilon_if_poisson is not None:
             return (f"not DP: shuffled batches (a Poisson run would have eps {epsilon_text(self.epsilon_if_poisson)} "
                     f"at delta {delta}, {self.accountant_in_brief}, {self.neighbours_in_brief})")

@@ -171,7 +171,7 @@ def _terms(records: list[RunRecord]) -> str:
     that delta on the axis and name each accountant ("δ 1e-05, PLD or RDP, each run's on its card"): sending the
     reader to every card for a delta all of them share hid it. The delta is rounded up, never to nearest:
     1.31086e-05 shows as 1.32e-05 (1.31e-05 would claim more)."""
-    terms = {(r.privacy.delta or 0.0, r.privacy.accountant_in_brief) for r in records}
+    terms = {(r.privacy.delta, r.privacy.accountant_in_brief) for r in records}
     if not terms:
         return "δ, accountant"
     deltas = {delta for delta, _ in terms}
@@ -179,7 +179,7 @@ def _terms(records: list[RunRecord]) -> str:
         return "δ and accountant per run: see its card"
     delta = deltas.pop()
     accountants = list(dict.fromkeys(r.privacy.accountant_in_brief for r in records))
-    shown = f"δ {delta_text(delta)}" if delta else "δ 0"
+    shown = "δ unknown" if delta is None else f"δ {delta_text(delta)}"   # None: a card edited by hand, not pure DP
     if len(accountants) == 1:
         return f"{shown}, {accountants[0]}"
     return f"{shown}, {' or '.join(accountants)}, each run's on its card"

@@ -159,11 +159,16 @@ def _eps_label(card: PrivacyCard) -> str:
     if not card.is_dp:
         return "no privacy (ε = ∞)" if card.mechanism == "none" else "not DP"
     if card.epsilon_image is not None:      # per image, "any two images": not comparable with DP-SGD's eps
-        return (f"ε {number_text(card.epsilon_image, up=True)} per image (local DP, "
-                f"δ {delta_number(card.delta) if card.delta else 0}, {card.accountant_in_brief}, "
-                f"{card.neighbours_in_brief})")
-    return (f"ε {number_text(card.epsilon, up=True)} (δ {delta_number(card.delta)}, "
+        return (f"ε {number_text(card.epsilon_image, up=True)} per image (local DP, δ {_delta_label(card)}, "
+                f"{card.accountant_in_brief}, {card.neighbours_in_brief})")
+    return (f"ε {number_text(card.epsilon, up=True)} (δ {_delta_label(card)}, "
             f"{card.accountant_in_brief}, {card.neighbours_in_brief})")
+
+
+def _delta_label(card: PrivacyCard) -> str:
+    """The card's delta, or "unknown" where it states none (a run.json edited by hand): read as 0, that claimed pure
+    DP, and a DP-SGD card stopped the report with an internal error."""
+    return "unknown" if card.delta is None else delta_number(card.delta)
 
 
 def is_reproduction(card: PrivacyCard) -> bool:
