@@ -260,10 +260,6 @@ def _load(args: argparse.Namespace) -> Any:
     from dpmed.study import check_device   # after the study file is checked: the training stack takes seconds to import
 
     check_device(study, given_as=origins.get("training.device"))    # before the data are read or a folder is made
-    from dpmed.models.installation import check_torchvision, needs_torchvision
-
-    if needs_torchvision(study):    # a torchvision built for another torch, told now rather than where it is imported
-        check_torchvision()
     return study
 
 
@@ -347,11 +343,14 @@ def _plan(args: argparse.Namespace) -> int:
     try:
         study = _load(args)     # first: a mistake in the study file is told before seconds of importing below
         from dpmed.executors import check_executor_options
+        from dpmed.models.installation import check_torchvision, needs_torchvision
         from dpmed.plan_command import print_plan
         from dpmed.pretraining import check_weights
         from dpmed.study import estimate_times, prepare_study
 
         check_executor_options(args.executor, workers=args.workers, address=args.address)   # as `run` would
+        if needs_torchvision(study):    # as `run_study` does: before the data are read, not where a model imports it
+            check_torchvision()
         prepared = prepare_study(study, out=args.out)
         check_weights(study, prepared.dataset)
         if not args.no_estimate and prepared.todo:

@@ -47,12 +47,14 @@ def torchvision_failing(monkeypatch):
     return fail
 
 
+@pytest.mark.parametrize("command", ["run", "plan"])
 def test_a_torchvision_for_another_torch_is_told_with_both_versions_at_start_up(torchvision_failing, tmp_path,
-                                                                                capsys):
+                                                                                capsys, command):
+    """`run` is told by `run_study`, `plan` by itself: its time estimate builds the model."""
     study = tmp_path / "s.yaml"
     study.write_text(RESNET_STUDY)
     torchvision_failing(RuntimeError(MISMATCH))
-    assert main(["run", str(study), "--out", str(tmp_path / "out"), "--no-progress"]) == 2
+    assert main([command, str(study), "--out", str(tmp_path / "out"), "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("dpmed: error: ") and "internal error" not in err, err
     assert f"torchvision {package_version('torchvision')} does not work with torch {package_version('torch')}" in err
