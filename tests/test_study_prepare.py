@@ -433,7 +433,7 @@ def test_the_time_estimate_covers_the_runs_still_to_train_only(write_study, tmp_
     from dpmed.study import estimate_times
 
     class Rates:
-        def run_seconds(self, plan, n_train, *, n_patients):
+        def run_seconds(self, plan, n_train, *, n_patients, left):
             return {"b_seed0": 30.0, "c_seed0": None}.get(plan.run_id, 99.0)
 
     probed = []

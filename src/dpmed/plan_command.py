@@ -10,6 +10,7 @@ The exact training-set sizes printed here are for the user at the terminal only:
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 from dpmed.config import RunPlan
 from dpmed.mechanisms import DpSgdPlan, PrivacyCard
@@ -20,7 +21,7 @@ from dpmed.states import checkpoints_told, folder_holder
 from dpmed.study import PreparedStudy, planned_card
 from dpmed.timing import Rates, clock, concurrent_runs, run_steps
 
-__all__ = ["print_plan"]
+__all__ = ["print_plan", "checkpoints_of", "Checkpoints"]
 
 
 def _number(value: float | None, spec: str = ".4g") -> str:
@@ -50,9 +51,32 @@ def _table(rows: list[list[str]]) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
 
 
-def print_plan(prepared: PreparedStudy, rates: Rates | None, seconds: dict[str, float], *, workers: int | None) -> None:
-    """Print ``prepared``'s plan to stdout. ``rates`` and ``seconds``: `dpmed.study.estimate_times`'s, or None and
-    {} where no time was estimated; ``workers``: --workers as given (None: not given)."""
+@dataclass(frozen=True)
+class Checkpoints:
+    """What the checkpoints of a study's runs still to train tell (`dpmed.states.checkpoints_told`): told, each
+    run's (run id, state, what the next `dpmed run` does with it, (the step it continues from, the run's steps) or
+    None), read once for both the time estimate and the lines that say it."""
+
+    told: list[tuple[str, str, str, tuple[int, int] | None]]
+
+    @property
+    def continued(self) -> dict[str, tuple[int, int]]:
+        """(the step it continues from, the run's steps as its checkpoint counts them) of each run that continues
+        from its checkpoint: it trains the steps after it only (an audited run's own count, which the plan knows
+        only in expectation)."""
+        return {run_id: progress for run_id, _, _, progress in self.told if progress and progress[0]}
+
+
+def checkpoints_of(prepared: PreparedStudy) -> Checkpoints:
+    """The checkpoints of ``prepared``'s runs still to train, told against the study as it will run them."""
+    return Checkpoints(checkpoints_told(prepared.folder.root, prepared.resolved(), [p.run_id for p in prepared.todo]))
+
+
+def print_plan(prepared: PreparedStudy, checkpoints: Checkpoints, rates: Rates | None, seconds: dict[str, float], *,
+               workers: int | None) -> None:
+    """Print ``prepared``'s plan to stdout. ``checkpoints``: :func:`checkpoints_of` it; ``rates`` and ``seconds``:
+    `dpmed.study.estimate_times`'s (for the steps left after them), or None and {} where no time was estimated;
+    ``workers``: --workers as given (None: not given)."""
     study, ds, folder = prepared.study, prepared.dataset, prepared.folder
     n_train = len(ds.train)
     print(f"study {study.name}: {count_text(len(prepared.plans), 'run')} planned as `dpmed run` would; nothing is "
@@ -80,16 +104,7 @@ def print_plan(prepared: PreparedStudy, rates: Rates | None, seconds: dict[str, 
         print(f"note: a dpmed run is working in that folder now ({holder.describe()})")
     print(f"start: {describe_start(study)}")
     n_patients = ds.train.n_patients
-    told = checkpoints_told(folder.root, prepared.resolved(), [p.run_id for p in prepared.todo])
-    # a run that continues from its checkpoint trains the steps after it only: estimated for all of them before
-    # (of the steps its checkpoint counts: an audited run's own, which the plan knows only in expectation)
-    continued = {run_id: progress for run_id, _, _, progress in told if progress and progress[0]}
-    if rates is not None:
-        seconds = dict(seconds)
-        for plan in prepared.todo:
-            if plan.run_id in continued:
-                done, of = continued[plan.run_id]
-                seconds[plan.run_id] = rates.run_seconds(plan, n_train, left=of - done) or 0.0
+    told, continued = checkpoints.told, checkpoints.continued
     rows = [["run", "mechanism", "noise", "q", "T", "eps (delta, accountant, neighbours)", "time"]]
     sampler_paid = pure_paid = False    # a card's delta that shows the part its noise sampler's bounded draws cost
     for plan in prepared.plans:

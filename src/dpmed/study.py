@@ -436,14 +436,16 @@ def planned_card(plan: RunPlan, image_shape: tuple[int, ...], randomness: str) -
     return info.card(plan.privacy, Ledger(tuple(events)), randomness)
 
 
-def estimate_times(prepared: PreparedStudy) -> tuple[Rates, dict[str, float]]:
+def estimate_times(prepared: PreparedStudy, left: Mapping[str, int] | None = None) -> tuple[Rates, dict[str, float]]:
     """(the probe's rates, estimated seconds of each run still to train): a short timing probe on this machine
-    now (`dpmed.timing`), scaled by each run's steps."""
+    now (`dpmed.timing`), scaled by each run's steps, or by ``left``'s: the steps a run that continues from its
+    checkpoint trains after it, as the checkpoint counts them (`dpmed.states.checkpoints_told`)."""
     rates = probe_rates(prepared.todo, prepared.dataset, evaluation=prepared.study.evaluation,
                         trainable=prepared.study.model.trainable_setting)
-    train = prepared.dataset.train
+    train, left = prepared.dataset.train, left or {}
     n_train, n_patients = len(train), train.n_patients
-    return rates, {p.run_id: rates.run_seconds(p, n_train, n_patients=n_patients) or 0.0 for p in prepared.todo}
+    return rates, {p.run_id: rates.run_seconds(p, n_train, n_patients=n_patients, left=left.get(p.run_id)) or 0.0
+                   for p in prepared.todo}
 
 
 def run_study(study: Study | Path | str, *, out: Path | str = "results", progress: bool | None = None,

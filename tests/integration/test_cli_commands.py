@@ -382,7 +382,7 @@ def test_plan_takes_run_s_command_line_and_estimates_with_its_workers(tiny_text,
     from dpmed import study as study_module, timing
     from dpmed.timing import Rates
 
-    def estimate(prepared):   # the probe's figures, fixed: 10 s and 30 s, 2 s of each evaluation
+    def estimate(prepared, left):   # the probe's figures, fixed: 10 s and 30 s, 2 s of each evaluation
         return Rates(per_step={}, evaluation=2.0, how="fixed"), dict(zip((p.run_id for p in prepared.todo), (10, 30)))
 
     monkeypatch.setattr(study_module, "estimate_times", estimate)
