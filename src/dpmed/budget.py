@@ -41,7 +41,8 @@ from typing import Sequence
 from dpmed import accounting
 from dpmed.config import PrivacyBudget, RunPlan
 from dpmed.errors import PrivacyError
-from dpmed.mechanisms import DpSgdPlan, mechanism_info, unit_words
+from dpmed.accounting.events import ImageEvent
+from dpmed.mechanisms import DpSgdPlan, PixelGaussianPlan, PixelLaplacePlan, mechanism_info, unit_words
 from dpmed.records import RunRecord, StudyPrivacy
 from dpmed.numbers import count_text, delta_share_text, delta_text, epsilon_text
 
@@ -79,16 +80,18 @@ class _DpSgdRun:
 def _released(plan: RunPlan, ledger: accounting.Ledger | None) -> _Released | _DpSgdRun:
     """A run from its plan, and its ledger where it finished (else the events its plan will record)."""
     info = mechanism_info(plan.mechanism)
-    if info.local:
-        if not info.is_private:              # no guarantee to compose: listed, without a total
-            return _Released(plan.run_id, "local_dp")
-        event = _image_event(plan, ledger)
-        # noise the sampler cannot draw: no claim holds. The card decides it, from the release's own R / s
-        if info.card(plan.privacy, accounting.Ledger((event,)), "secure").sampler_voids:
-            return _Released(plan.run_id, "not_private", voided=True)
-        delta = getattr(plan.privacy, "delta", 0.0) if isinstance(event, accounting.GaussianImageEvent) else 0.0
-        return _Released(plan.run_id, "local_dp", delta=delta, events=(event,))
     privacy = plan.privacy
+    if info.local:
+        event = (_image_event(privacy, ledger)
+                 if info.is_private and isinstance(privacy, (PixelLaplacePlan, PixelGaussianPlan)) else None)
+        if event is None:                    # no guarantee to compose: listed, without a total
+            return _Released(plan.run_id, "local_dp")
+        # noise the sampler cannot draw: no claim holds. The card decides it, from the release's own R / s
+        if info.card(privacy, accounting.Ledger((event,)), "secure").sampler_voids:
+            return _Released(plan.run_id, "not_private", voided=True)
+        delta = (privacy.delta if isinstance(privacy, PixelGaussianPlan)
+                 and isinstance(event, accounting.GaussianImageEvent) else 0.0)
+        return _Released(plan.run_id, "local_dp", delta=delta, events=(event,))
     if (not info.is_private or not isinstance(privacy, DpSgdPlan) or privacy.sampling != "poisson"
             or privacy.sampler_voids):
         return _Released(plan.run_id, "not_private", voided=info.is_private)
@@ -135,15 +138,16 @@ def _patient_statement(dp: Sequence[_DpSgdRun], epsilon: float | None, delta: fl
             f"({accounting.GROUP_CITATION})")
 
 
-def _image_event(plan: RunPlan,
-                 ledger: accounting.Ledger | None) -> accounting.LaplaceImageEvent | accounting.GaussianImageEvent:
-    """The release of the training images a local-DP run recorded (finished), else the one its plan will record."""
+def _image_event(privacy: PixelLaplacePlan | PixelGaussianPlan, ledger: accounting.Ledger | None) -> ImageEvent | None:
+    """The release of the training images a local-DP run recorded (finished), else the one its plan will record
+    (None: its mechanism declares none, so it has no guarantee to compose)."""
     image_events = (accounting.LaplaceImageEvent, accounting.GaussianImageEvent)
     recorded = [e for e in ledger.events if isinstance(e, image_events)] if ledger is not None else []
     if recorded:
         return recorded[0]
     # the event depends on the image's d = C H W values only, which the plan holds
-    return mechanism_info(plan.mechanism).image_mechanism(plan.privacy).event((plan.privacy.dimension,))
+    transform = mechanism_info(privacy.mechanism).image_mechanism(privacy)
+    return None if transform is None else transform.event((privacy.dimension,))
 
 
 def _local_statement(local: Sequence[_Released], composed: accounting.ImageComposition | None, dp: bool) -> str:

@@ -12,12 +12,13 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Callable, ClassVar, Literal, Mapping, Protocol
+from typing import Annotated, Callable, ClassVar, Generic, Literal, Mapping, Protocol, TypeVar
 
 import numpy as np
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from dpmed.accounting import Ledger
+from dpmed.accounting.events import ImageEvent
 from dpmed.errors import ConfigError
 from dpmed.names import CANARY_KINDS
 from dpmed.numbers import count_text
@@ -333,11 +334,15 @@ class ImageMechanism(Protocol):
 
     def apply(self, images: np.ndarray, *, rng: np.random.Generator) -> np.ndarray: ...
 
-    def event(self, image_shape: tuple[int, ...]) -> Any: ...
+    def event(self, image_shape: tuple[int, ...]) -> ImageEvent | None: ...
+
+
+ArmT = TypeVar("ArmT", bound=ArmBase)
+PlanT = TypeVar("PlanT", bound=Strict)
 
 
 @dataclass(frozen=True)
-class MechanismInfo:
+class MechanismInfo(Generic[ArmT, PlanT]):
     """One privacy mechanism, as the rest of dpmed knows it.
 
     name: ``mechanism:`` in a study file. arm / plan: its arm schema and its per-run plan type (both carry
@@ -349,17 +354,20 @@ class MechanismInfo:
     plans rest on, which a study releases as a DP count (`dpmed.released_size`), or None. is_private: whether its
     guarantee can hold for released models at all (False: no privacy, or a labelled reproduction of a flawed
     mechanism). local: a guarantee per released image
-    ("any two images"), which does not compose with DP-SGD's add/remove eps."""
+    ("any two images"), which does not compose with DP-SGD's add/remove eps.
+
+    Generic over its arm and plan types, so that a type checker holds each entry's functions to them: a field that
+    its plan lacks, read by its card or its image transform, is an error where the entry is made."""
 
     name: str
-    arm: type[ArmBase]
-    plan: type[Strict]
+    arm: type[ArmT]
+    plan: type[PlanT]
     sweep_keys: Mapping[str, str]
-    make_plan: Callable[[Any, Mapping[str, float], PlanContext], Any]
-    card: Callable[[Any, Ledger, str], PrivacyCard]
-    image_mechanism: Callable[[Any], ImageMechanism | None] = lambda plan: None
-    reconstruction: Callable[[Any], Any] = lambda plan: None
-    size: Callable[[Any, PlanContext], tuple[str, int] | None] = lambda arm, context: None
+    make_plan: Callable[[ArmT, Mapping[str, float], PlanContext], PlanT]
+    card: Callable[[PlanT, Ledger, str], PrivacyCard]
+    image_mechanism: Callable[[PlanT], ImageMechanism | None] = lambda plan: None
+    reconstruction: Callable[[PlanT], Strict | None] = lambda plan: None
+    size: Callable[[ArmT, PlanContext], tuple[str, int] | None] = lambda arm, context: None
     is_private: bool = True
     local: bool = False
     description: str = ""

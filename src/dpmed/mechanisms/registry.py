@@ -15,11 +15,11 @@ from dpmed.randomness import NOT_DP_REPRODUCIBLE
 
 __all__ = ["MECHANISMS", "mechanism_info", "Arm", "PrivacyPlan", "claims_beyond"]
 
-MECHANISMS: dict[str, MechanismInfo] = {info.name: info for info in (
+MECHANISMS: dict[str, MechanismInfo[Any, Any]] = {info.name: info for info in (
     none.INFO, pixel_laplace.INFO, pixel_gaussian.INFO, scalar_shift.INFO, dp_sgd.INFO)}
 
 
-def mechanism_info(name: str) -> MechanismInfo:
+def mechanism_info(name: str) -> MechanismInfo[Any, Any]:
     if name not in MECHANISMS:
         raise KeyError(f"unknown mechanism {name!r}; known: {', '.join(MECHANISMS)}")
     return MECHANISMS[name]
