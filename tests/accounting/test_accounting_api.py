@@ -58,3 +58,14 @@ def test_accounting_imports_only_pure_math(module):
             allowed = (top in ALLOWED_THIRD_PARTY or top in sys.stdlib_module_names or top == "__future__"
                        or name == "dpmed.accounting" or name.startswith("dpmed.accounting."))
             assert allowed, f"{module.name} imports {name}"
+
+
+def test_a_type_checker_sees_every_exported_name_from_its_module():
+    """The names are imported on first use (`__getattr__`), which a type checker reads as Any: its TYPE_CHECKING
+    imports give it their types, and must name each exported name from the module that run time imports it from."""
+    tree = ast.parse((PACKAGE / "__init__.py").read_text(encoding="utf-8"))
+    block = next(node for node in tree.body if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING")
+    seen = {alias.name: node.module for node in block.body if isinstance(node, ast.ImportFrom)
+            for alias in node.names}
+    assert seen == accounting._HOME
+    assert set(seen) == set(accounting.__all__)

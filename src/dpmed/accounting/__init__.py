@@ -10,12 +10,12 @@ reads a ledger (``from dpmed.accounting import Ledger``, e.g. `dpmed status` rea
 from __future__ import annotations
 
 from importlib import import_module
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 __all__ = [
     # events and the ledger
     "PoissonGaussianEvent", "PoissonLaplaceEvent", "ShuffledBatchesEvent", "LaplaceImageEvent", "GaussianImageEvent",
-    "event_to_dict", "event_from_dict", "Ledger", "shuffled_event", "poisson_counterpart",
+    "ImageEvent", "event_to_dict", "event_from_dict", "Ledger", "shuffled_event", "poisson_counterpart",
     # DP-SGD
     "ACCOUNTANTS", "NOISES", "AccountantInfo", "accountant_info", "describe_accountant", "effective_accountant",
     "fallback_accountant", "check_accountant_noise",
@@ -41,7 +41,7 @@ __all__ = [
 # the module of each name above; events, ledger and _arguments import neither dp_accounting nor scipy
 _MODULES = {
     "events": ("PoissonGaussianEvent", "PoissonLaplaceEvent", "ShuffledBatchesEvent", "LaplaceImageEvent",
-               "GaussianImageEvent", "event_to_dict", "event_from_dict", "NEIGHBOUR_LDP_IMAGE"),
+               "GaussianImageEvent", "ImageEvent", "event_to_dict", "event_from_dict", "NEIGHBOUR_LDP_IMAGE"),
     "ledger": ("Ledger",),
     "_arguments": ("check_accountant_noise",),
     "epsilon": ("ACCOUNTANTS", "NOISES", "AccountantInfo", "accountant_info", "describe_accountant",
@@ -59,6 +59,31 @@ _MODULES = {
                        "reconstruction_risk"),
     "truncation": ("bounded_noise_delta", "laplace_end_excess", "gaussian_end_shortfall", "NEGLIGIBLE_SHARE"),
 }
+
+if TYPE_CHECKING:   # the same names, for a type checker: `__getattr__` below hides their types from it (all Any)
+    from dpmed.accounting._arguments import check_accountant_noise
+    from dpmed.accounting.calibration import noise_multiplier_for
+    from dpmed.accounting.epsilon import (ACCOUNTANTS, NEIGHBOUR_DP_SGD, NOISES, accountant_info, AccountantInfo,
+                                          default_delta, describe_accountant, dp_sgd_epsilon, dp_sgd_event,
+                                          dp_sgd_schedule, effective_accountant, fallback_accountant, ledger_epsilon,
+                                          poisson_counterpart, shuffled_event)
+    from dpmed.accounting.events import (NEIGHBOUR_LDP_IMAGE, event_from_dict, event_to_dict, GaussianImageEvent,
+                                         ImageEvent, LaplaceImageEvent, PoissonGaussianEvent, PoissonLaplaceEvent,
+                                         ShuffledBatchesEvent)
+    from dpmed.accounting.group import (GROUP_CITATION, NEIGHBOUR_PATIENT, TIGHT_GROUP_CITATION, group_privacy,
+                                        GroupPrivacy, ImageGroup, patient_epsilon)
+    from dpmed.accounting.ldp import (GAUSSIAN_COMPOSITION, LAPLACE_COMPOSITION, MIXED_COMPOSITION,
+                                      compose_image_events, gaussian_epsilon, gaussian_image_epsilon,
+                                      gaussian_std_for_image, ImageComposition, laplace_image_epsilon,
+                                      laplace_pixel_epsilon, laplace_scale_for_image)
+    from dpmed.accounting.ledger import Ledger
+    from dpmed.accounting.reconstruction import (MIA_FPRS, NEIGHBOUR_RECONSTRUCTION, RECONSTRUCTION_METHODS,
+                                                 default_kappa, membership_inference_tpr, reconstruction_bound,
+                                                 reconstruction_method, reconstruction_risk, ReconstructionMethod,
+                                                 ReconstructionRisk, relaxed_reconstruction_bound)
+    from dpmed.accounting.truncation import (NEGLIGIBLE_SHARE, bounded_noise_delta, gaussian_end_shortfall,
+                                             laplace_end_excess)
+
 _HOME = {name: f"{__name__}.{module}" for module, names in _MODULES.items() for name in names}
 
 

@@ -242,8 +242,9 @@ def patient_guarantee(plan: DpSgdPlan, k: int, cache: dict, *,
                                         steps=plan.steps, delta=plan.delta, accountant=plan.accountant,
                                         noise=plan.noise)
         mixture = plan.noise == "gaussian" and plan.sampling == "poisson"     # what the tight value analyses
-        cache[key] = eps, accounting.group_privacy(epsilon=eps, delta=plan.delta, k=k, **(dict(
-            noise_multiplier=plan.noise_multiplier, sample_rate=plan.sample_rate, steps=plan.steps) if mixture else {}))
+        cache[key] = eps, (accounting.group_privacy(
+            epsilon=eps, delta=plan.delta, k=k, noise_multiplier=plan.noise_multiplier, sample_rate=plan.sample_rate,
+            steps=plan.steps) if mixture else accounting.group_privacy(epsilon=eps, delta=plan.delta, k=k))
     training, tight_group = cache[key]
     eps = training + plan.size_epsilon
     delta = plan.claimed_delta                       # the run's claim, as its card states it
@@ -401,8 +402,19 @@ def _card(plan: DpSgdPlan, ledger: Ledger, randomness_mode: str) -> PrivacyCard:
     parts = (f"training {epsilon_text(training)} by the {plan.accountant.upper()} accountant + "
              f"{plan.size_epsilon:g} for the released size, added (basic composition)" if plan.size_epsilon
              else f"{plan.accountant.upper()} accountant")
-    fields = dict(
-        mechanism="dp_sgd", scope="central DP of the trained model", delta=plan.delta,
+    # The sampler's draws are bounded: the claim pays for that in delta (within float64's rounding of delta up to eps
+    # of a few tens, below a thousandth of it up to several hundred), and is void where it would pay more than delta.
+    # The share is named wherever the delta shown is not the one asked for (`delta_share_text`)
+    sampler, void, delta = plan.sampler_delta, plan.sampler_voids, plan.claimed_delta
+    pure = plan.accountant == "pure" and not void
+    paid = "; pure DP but for the noise sampler's bounded draws, which that delta pays for" if pure else ""
+    share = ("" if void or pure else
+             delta_share_text(plan.delta, sampler, "the noise sampler's bounded draws"))
+    statement = (f"eps = {epsilon_text(eps)} at delta = {delta_text(delta)} ({share}{parts}{paid}; unit: one "
+                 f"{plan.unit}; neighbours: {neighbours}; {params})")
+    card = PrivacyCard(
+        mechanism="dp_sgd", scope="central DP of the trained model", delta=delta, sampler_delta=sampler,
+        sampler_voids=void, is_dp=True, epsilon=eps, statement=statement,
         target_epsilon=plan.target_epsilon, accountant=plan.accountant,
         accountant_description=accounting.describe_accountant(plan.accountant), accountant_note=plan.accountant_note,
         unit=plan.unit, capped_at=cap if plan.unit == "image" else None, n_units=plan.n_units,
@@ -413,18 +425,6 @@ def _card(plan: DpSgdPlan, ledger: Ledger, randomness_mode: str) -> PrivacyCard:
         noise_multiplier=plan.noise_multiplier, noise_given=plan.noise_given, max_grad_norm=plan.max_grad_norm,
         covers=COVERAGE, randomness=SECURE_RANDOMNESS, patient_guarantee=plan.patient_guarantee,
         unit_note=_unit_note(plan))
-    # The sampler's draws are bounded: the claim pays for that in delta (within float64's rounding of delta up to eps
-    # of a few tens, below a thousandth of it up to several hundred), and is void where it would pay more than delta.
-    # The share is named wherever the delta shown is not the one asked for (`delta_share_text`)
-    sampler, void, delta = plan.sampler_delta, plan.sampler_voids, plan.claimed_delta
-    pure = plan.accountant == "pure" and not void
-    paid = "; pure DP but for the noise sampler's bounded draws, which that delta pays for" if pure else ""
-    share = ("" if void or pure else
-             delta_share_text(plan.delta, sampler, "the noise sampler's bounded draws"))
-    fields.update(delta=delta, sampler_delta=sampler, sampler_voids=void)
-    statement = (f"eps = {epsilon_text(eps)} at delta = {delta_text(delta)} ({share}{parts}{paid}; unit: one "
-                 f"{plan.unit}; neighbours: {neighbours}; {params})")
-    card = PrivacyCard(**fields, is_dp=True, epsilon=eps, statement=statement)
     if void:
         card = label_not_dp(
             card, f"NOT DP as run: the noise sampler's draws are bounded ({DRAW_BOUNDS[plan.noise]}), and at "

@@ -23,7 +23,7 @@ from dpmed.mechanisms.base import (ArmBase, MechanismInfo, PlanContext, PrivacyC
                                    exactly_one, positive_finite, refuse_vacuous_delta)
 from dpmed.mechanisms.cards import LABELS_IN_CLEAR, PIXEL_VALUE, label_not_dp, label_randomness
 from dpmed.mechanisms.perturb import perturb
-from dpmed.mechanisms.pixel_laplace import LOCAL_CARD
+from dpmed.mechanisms.pixel_laplace import LOCAL_CARD, LocalCard
 from dpmed.numbers import delta_text, epsilon_text
 from dpmed.randomness import DRAW_BOUNDS, GAUSSIAN_DRAW_BOUND
 
@@ -33,6 +33,7 @@ __all__ = ["PixelGaussian", "PixelGaussianArm", "PixelGaussianPlan", "INFO"]
 # are also one Gaussian mechanism with sqrt(k) times the sensitivity (Dong, Roth, Su 2019, Cor. 3.3).
 PATIENTS = ("each image is released on its own: a patient with k images is protected by (k eps_image, k delta) "
             "(basic composition), or as one Gaussian mechanism with sqrt(k) times the sensitivity")
+_GAUSSIAN_CARD: LocalCard = {**LOCAL_CARD, "patients": PATIENTS}
 
 
 @dataclass(frozen=True)
@@ -93,8 +94,8 @@ def _plan(arm: PixelGaussianArm, swept: Mapping[str, float], context: PlanContex
                          counted=f"the {context.n_images} training images released, each under this per-image delta")
     delta = arm.delta or accounting.default_delta(context.n_images)
     target = swept.get("target_epsilon_image")
-    std = swept.get("std") or accounting.gaussian_std_for_image(epsilon_image=target, delta=delta,
-                                                                dimension=context.dimension, value_range=1.0)
+    std = swept["std"] if target is None else accounting.gaussian_std_for_image(
+        epsilon_image=target, delta=delta, dimension=context.dimension, value_range=1.0)   # the arm gives one of them
     computable_scale("std s" if "std" in swept else f"the std s that target_epsilon_image {target:g} gives", std)
     return PixelGaussianPlan(std=std, delta=delta, dimension=context.dimension, target_epsilon_image=target)
 
@@ -108,7 +109,7 @@ def _card(plan: PixelGaussianPlan, ledger: Ledger, randomness_mode: str) -> Priv
                  f"s = {event.std:g}, R = {event.value_range:g}, d = {event.dimension}); {PIXEL_VALUE}: "
                  f"eps_pixel = {epsilon_text(eps_pixel)} at delta = {delta_text(plan.delta)}")
     card = PrivacyCard(mechanism="pixel_gaussian", is_dp=True, statement=statement,
-                       **{**LOCAL_CARD, "patients": PATIENTS}, std=event.std, value_range_R=event.value_range,
+                       **_GAUSSIAN_CARD, std=event.std, value_range_R=event.value_range,
                        dimension_d=event.dimension, epsilon_pixel=eps_pixel, epsilon_image=eps_image,
                        epsilon=eps_image, delta=plan.delta,
                        accountant="analytic Gaussian mechanism (Balle & Wang 2018), L2 sensitivity sqrt(d) R")

@@ -18,7 +18,7 @@ form is not the run's: the card says not DP, and the study counts no eps for it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Mapping
+from typing import Literal, Mapping, TypedDict
 
 import numpy as np
 from pydantic import field_validator, model_validator
@@ -33,15 +33,28 @@ from dpmed.mechanisms.perturb import perturb
 from dpmed.numbers import epsilon_text
 from dpmed.randomness import DRAW_BOUNDS, LAPLACE_DRAW_BOUND
 
-__all__ = ["PixelLaplace", "PixelLaplaceArm", "PixelLaplacePlan", "INFO", "LOCAL_CARD"]
+__all__ = ["PixelLaplace", "PixelLaplaceArm", "PixelLaplacePlan", "INFO", "LOCAL_CARD", "LocalCard"]
 
-# What every local-DP card says about its unit (the image) and the patient.
-LOCAL_CARD = {"scope": ("local DP on each released training image: noised once per run, and that one noised copy "
-                       "trains every epoch (one release; each run noises its own copy, and the study composes them)"),
-              "unit": "image",
-              "neighbour_relation": accounting.NEIGHBOUR_LDP_IMAGE, "labels": LABELS_IN_CLEAR, "covers": COVERAGE,
-              "patients": ("each image is released on its own: a patient with k images is protected by k eps_image "
-                           "(basic composition)"), "randomness": LOCAL_RANDOMNESS}
+
+class LocalCard(TypedDict):
+    """What every local-DP card says about its unit (the image) and the patient: `PrivacyCard` fields, typed."""
+
+    scope: str
+    unit: Literal["image"]
+    neighbour_relation: str
+    labels: str
+    covers: str
+    patients: str
+    randomness: str
+
+
+LOCAL_CARD: LocalCard = {
+    "scope": ("local DP on each released training image: noised once per run, and that one noised copy trains every "
+              "epoch (one release; each run noises its own copy, and the study composes them)"),
+    "unit": "image",
+    "neighbour_relation": accounting.NEIGHBOUR_LDP_IMAGE, "labels": LABELS_IN_CLEAR, "covers": COVERAGE,
+    "patients": ("each image is released on its own: a patient with k images is protected by k eps_image "
+                 "(basic composition)"), "randomness": LOCAL_RANDOMNESS}
 
 
 @dataclass(frozen=True)
@@ -97,8 +110,8 @@ class PixelLaplacePlan(Strict):
 
 def _plan(arm: PixelLaplaceArm, swept: Mapping[str, float], context: PlanContext) -> PixelLaplacePlan:
     target = swept.get("target_epsilon_image")
-    scale = swept.get("scale") or accounting.laplace_scale_for_image(epsilon_image=target,
-                                                                     dimension=context.dimension, value_range=1.0)
+    scale = swept["scale"] if target is None else accounting.laplace_scale_for_image(
+        epsilon_image=target, dimension=context.dimension, value_range=1.0)   # the arm gives exactly one of them
     computable_scale("scale b" if "scale" in swept else f"the scale b that target_epsilon_image {target:g} gives",
                      scale)
     return PixelLaplacePlan(scale=scale, dimension=context.dimension, target_epsilon_image=target)
