@@ -87,3 +87,26 @@ def test_a_setting_that_is_read_is_not_warned_of(write_study, caplog, text):
     with caplog.at_level(logging.WARNING):
         load_study(write_study(f"name: s\n{text}\n{ARMS}"))
     assert _warnings(caplog) == []
+
+
+def test_a_study_built_in_python_is_told_too_and_a_loaded_one_once(write_study, caplog):
+    """Only load_study told: a Study built in Python (``Study.model_validate``) and passed to run_study, which checks
+    it with check_study, had a setting another turns off ignored without a word. A loaded Study is told once, when
+    its file is read."""
+    from dpmed import Study
+    from dpmed.config import check_study
+
+    built = Study.model_validate({"name": "s", "training": {"lr_schedule": {"gamma": 0.5}},
+                                  "arms": [{"name": "base", "mechanism": "none"}]})
+    with caplog.at_level(logging.WARNING):
+        check_study(built)
+    assert _warnings(caplog) == [
+        "training.lr_schedule.gamma changes nothing, as lr_schedule.kind is constant (set step to decay at the "
+        "milestones); remove it from the Study passed to run_study (runs that finished with it are the same runs "
+        "without it)"]
+    path = write_study(f"name: s\ntraining: {{lr_schedule: {{gamma: 0.5}}}}\n{ARMS}")
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        check_study(load_study(path))
+    [said] = _warnings(caplog)
+    assert said.startswith(f"study file {path}: training.lr_schedule.gamma changes nothing"), said

@@ -277,7 +277,9 @@ def check_study(study: schema.Study) -> schema.Study:
     an invalid one would fail late, deep in planning, in pydantic's words. Raises ConfigError as load_study does.
     Only the keys given are validated again, so that the Study keeps which they are (``model_fields_set``): a full
     dump gave every default, and `dpmed run` then warned of defaults no study file held as settings the data turn
-    off (`Study.settings_the_data_turn_off`)."""
+    off (`Study.settings_the_data_turn_off`). A Study built in Python is told each setting another turns off
+    (`Study.settings_turned_off`), as `load_study` tells a study file's: nothing else read it, and one was ignored
+    without a word."""
     raw = study.model_dump(warnings=False, exclude_unset=True)
     try:
         checked = schema.Study.model_validate(raw)
@@ -290,7 +292,11 @@ def check_study(study: schema.Study) -> schema.Study:
     except ValueError as exc:
         raise ConfigError(f"the Study passed to run_study: {exc}") from None
     # where its keys were given, which no dump holds
-    return checked.given_with(study._origins, from_file=study._from_file)
+    checked = checked.given_with(study._origins, from_file=study._from_file)
+    if not checked._from_file:     # load_study told a study file's when it read it
+        for key, why in checked.settings_turned_off():
+            _log.warning("%s changes nothing, as %s; %s", key, why, checked.removal(key))
+    return checked
 
 
 def load_study(path: str | Path | None = None, overrides: Mapping[str, Any] | None = None, *,
