@@ -255,3 +255,22 @@ def test_the_report_writes_eps_and_delta_as_symbols_beside_its_cards(two_arms, r
              for m in re.finditer(r"(?<![\w.-])(eps|delta|sigma|eps_image)(?![\w-]|\.\w)", text)]
     assert words == [], words
     assert '<th scope="col">ε</th>' in html and "Every ε names its δ" in html
+
+
+@pytest.mark.parametrize("card", [LAPLACE, DP_SGD], ids=["laplace", "dp_sgd"])
+def test_a_report_card_that_states_no_delta_says_so_beside_its_eps(make_record, card):
+    """The report's privacy card listed ε and no δ for a card without one (a run.json edited by hand): beside "every ε
+    names its δ" that read as pure DP. A pure card's δ 0 still reads 0, and a card without an ε names no δ."""
+    import re
+
+    from dpmed.reporting.privacy_section import _card
+
+    def facts(privacy) -> dict[str, str]:
+        html = _card(make_record("r_seed0", "r").model_copy(update={"mechanism": privacy.mechanism,
+                                                                    "privacy": privacy}))
+        return dict(re.findall(r'<tr><th scope="row">([^<]*)</th><td[^>]*>([^<]*)</td></tr>', html))
+
+    assert facts(card.model_copy(update={"delta": None}))["δ"].startswith("unknown")
+    pure = LAPLACE if card.epsilon_image is not None else PURE
+    assert facts(pure)["δ"] == "0"
+    assert "δ" not in facts(PrivacyCard(mechanism="scalar_shift", is_dp=False, statement="not DP"))

@@ -59,6 +59,9 @@ def statement_text(statement: str) -> str:
 
 def _fact(card, key: str) -> str | None:
     value = getattr(card, key)
+    if key == "delta" and value is None and _states_an_epsilon(card):
+        # a run.json edited by hand: a δ left out read as pure DP beside the ε ("every ε names its δ")
+        return "unknown (the card states none)"
     if value is None or (key == "epsilon" and card.epsilon_image is not None):   # local DP: said per image
         return None
     if key == "accountant":
@@ -72,6 +75,12 @@ def _fact(card, key: str) -> str | None:
     # an accounted eps whose claim does not hold (noise below the sampler's reach, seed known) is no DP fact
     claimed = key in ("epsilon", "epsilon_image", "epsilon_pixel")
     return escape(f"{text} (as accounted; not DP)" if claimed and not card.is_dp else text)
+
+
+def _states_an_epsilon(card) -> bool:
+    """Whether ``card`` states an eps, which holds only with its delta: DP-SGD's, local DP's per image, or the one a
+    Poisson-sampled run would have."""
+    return any(getattr(card, key) is not None for key in ("epsilon", "epsilon_image", "epsilon_if_poisson"))
 
 
 def _card(r: RunRecord) -> str:
