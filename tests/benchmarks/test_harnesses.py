@@ -66,6 +66,26 @@ def test_clipping_rounding_stays_below_the_slack_that_covers_it_and_puts_the_sla
     assert clipping.GROUP_ROUNDING_SLACK == 2.0 ** 7 and clipping.clip_factors.__name__ == "clip_factors"
 
 
+def test_clipping_rounding_runs_only_the_routes_asked_for(monkeypatch, capsys):
+    """--routes leaves a route out (the ghost route's pixel Gram at a 224 px ResNet-18 stem is 21 GiB in float64):
+    the engine is never run on it, and its column says so rather than reading 0."""
+    harness = _harness("clipping_rounding")
+    seen, engine = [], harness.engine_and_exact
+
+    def spy(*args, route, **kwargs):
+        seen.append(route)
+        return engine(*args, route=route, **kwargs)
+
+    monkeypatch.setattr(harness, "engine_and_exact", spy)
+    assert harness.main(["--models", "small_cnn:16:1", "--seeds", "1", "--routes", "mixed,materialised"]) == 0
+    assert seen == ["mixed", "materialised"]
+    row = capsys.readouterr().out.splitlines()[-1].strip("| ").split(" | ")
+    assert row[:2] == ["small_cnn", "16x1"] and row[3] == "not run"
+    assert 0 < float(row[2]) and 0 < float(row[4]) and float(row[5]) > 1
+    with pytest.raises(SystemExit):
+        harness.main(["--models", "small_cnn:16:1", "--routes", "mixed,pairs"])
+
+
 def test_ghost_rounding_truth_is_the_float64_engine_s_own_norm_for_a_float64_model():
     """The harness's truth, autograd of each layer alone on the (a, g) the engine saw, is the engine's own norm where
     nothing rounds at float32: a float64 model, images and patients (with the slack, which is 2^-45 there)."""
