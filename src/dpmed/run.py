@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from dpmed import attack, audit
+from dpmed.accounting.events import ImageEvent
 from dpmed.config import ATTEMPT_FORMAT, EvaluationConfig, RunPlan, Study, made_otherwise
 from dpmed.config.schema import EXECUTION_ONLY
 from dpmed.data import Dataset, ImageSet, cap_images_per_patient, normalize
@@ -183,7 +184,7 @@ def _training_set(plan: RunPlan, dataset: Dataset, randomness: PrivacyRandomness
         except ValueError as exc:
             raise ConfigError(f"arm {plan.arm!r}: {exc}") from None
     transform = mechanism_info(plan.mechanism).image_mechanism(plan.privacy)
-    events = ()
+    events: tuple[ImageEvent, ...] = ()
     if transform is not None:
         train_set = train_set.with_images(transform.apply(train_set.images, rng=randomness.stream("local_dp")))
         event = transform.event(train_set.image_shape)

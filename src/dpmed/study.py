@@ -33,6 +33,7 @@ import yaml
 
 from dpmed import accounting
 from dpmed.accounting import Ledger
+from dpmed.accounting.events import Event
 from dpmed.audit import AuditRecord, max_canaries, read_audit
 from dpmed.budget import check_budget, study_privacy
 from dpmed.config import RunPlan, Study, check_study, load_study, plan_runs
@@ -422,7 +423,7 @@ def planned_card(plan: RunPlan, image_shape: tuple[int, ...], randomness: str) -
     """The privacy card ``plan``'s run will carry if it runs as planned: its mechanism's card of the events the run
     will record (a local DP release of the training images, then T DP-SGD steps)."""
     info = mechanism_info(plan.mechanism)
-    events = []
+    events: list[Event] = []
     transform = info.image_mechanism(plan.privacy)
     if transform is not None:
         event = transform.event(image_shape)

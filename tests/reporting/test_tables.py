@@ -14,7 +14,7 @@ from dpmed.reporting.tables import results_frame, summary_text, write_results_ta
 
 
 def _dp_record(make_record, make_fairness, make_explanations):
-    from dpmed.mechanisms.dp_sgd import ReconstructionRecord
+    from dpmed.mechanisms import ReconstructionRecord
 
     record = make_record("dp_eps8_C1_seed0", "dp", "dp_sgd", eps=8.0, metrics={
         "test_auroc": 0.91, "test_auroc_low": 0.88, "test_auroc_high": 0.94, "test_accuracy": 0.8456,

@@ -12,7 +12,7 @@ import pytest
 from dpmed import accounting
 from dpmed.attack import clopper_pearson
 from dpmed.folders import StudyFolder
-from dpmed.mechanisms.dp_sgd import ReconstructionRecord
+from dpmed.mechanisms import ReconstructionRecord
 from dpmed.outputs import write_outputs
 from dpmed.records import AttackRecord
 from dpmed.reporting import SECTIONS

@@ -2,9 +2,9 @@
 of the released images; all listed in one registry (`dpmed.mechanisms.registry`)."""
 
 from dpmed.mechanisms.base import (AUTO_EPOCHS, AUTO_MIN_STEPS, ArmBase, AuditConfig, GroupGuarantee, MechanismInfo,
-                                   PlanContext, PrivacyCard, Strict, length_text, training_steps,
-                                   unit_words)
-from dpmed.mechanisms.dp_sgd import DpSgdArm, DpSgdPlan, ReconstructionRecord, patient_guarantee
+                                   PlanContext, PrivacyCard, ReconstructionRecord, Strict, length_text,
+                                   training_steps, unit_words)
+from dpmed.mechanisms.dp_sgd import DpSgdArm, DpSgdPlan, patient_guarantee
 from dpmed.mechanisms.none import NoPrivacyArm, NoPrivacyPlan
 from dpmed.mechanisms.pixel_gaussian import PixelGaussian, PixelGaussianArm, PixelGaussianPlan
 from dpmed.mechanisms.pixel_laplace import PixelLaplace, PixelLaplaceArm, PixelLaplacePlan

@@ -1,5 +1,5 @@
-"""What every privacy mechanism of a study declares, as types: its arm in the study file, its per-run plan, and the
-privacy card that its ledger of events supports.
+"""What every privacy mechanism of a study declares, as types: its arm in the study file, its per-run plan, the
+privacy card that its ledger of events supports, and the reconstruction-risk record its plan supports.
 
 A mechanism is one registry entry (:class:`MechanismInfo`, listed in `dpmed.mechanisms.registry`), and everything
 downstream (the study schema's union of arms, run planning, the card, the study budget) reads the entry rather than
@@ -26,8 +26,9 @@ from dpmed.numbers import delta_text, epsilon_text
 from dpmed.randomness import NOT_DP_REPRODUCIBLE
 
 __all__ = ["Strict", "Sweep", "positive_finite", "computable_scale", "exactly_one", "AuditConfig", "ArmBase",
-           "PlanContext", "GroupGuarantee", "PrivacyCard", "MechanismInfo", "ImageMechanism", "SLUG",
-           "training_steps", "length_text", "AUTO_EPOCHS", "AUTO_MIN_STEPS", "refuse_vacuous_delta", "unit_words"]
+           "PlanContext", "GroupGuarantee", "PrivacyCard", "ReconstructionRecord", "MechanismInfo", "ImageMechanism",
+           "SLUG", "training_steps", "length_text", "AUTO_EPOCHS", "AUTO_MIN_STEPS", "refuse_vacuous_delta",
+           "unit_words"]
 
 # names that name folders (arms, studies): a run's folder adds its swept values and seed to its arm's name, and a
 # name over 255 bytes failed that run only, after the study had trained the others
@@ -328,6 +329,29 @@ class PrivacyCard(Strict):
         return short.upper() if short in ACCOUNTANTS else short
 
 
+class ReconstructionRecord(Strict):
+    """Reconstruction and membership-inference bounds of a DP-SGD run (METHODS.md s.7; `accounting.reconstruction_risk`)
+    with prior kappa = 1/N over its N units, how each was obtained, and the assumptions they rest on. Declared here,
+    beside the card, as the type of every entry's :attr:`MechanismInfo.reconstruction` (only DP-SGD's gives one)."""
+
+    noise_multiplier: float
+    sample_rate: float
+    steps: int
+    kappa: float
+    worst_case: float
+    worst_case_edgeworth: float
+    relaxed: float
+    gdp: float
+    tpr_at_fpr: dict[str, float]
+    assumptions: str
+    worst_case_via: str
+    worst_case_edgeworth_via: str
+    relaxed_via: str
+    gdp_via: str
+    tpr_at_fpr_via: dict[str, str]
+    unit: Literal["patient", "image"]
+
+
 class ImageMechanism(Protocol):
     """A local DP transform of the released training images: ``apply(images, rng)`` -> perturbed copy,
     ``event(image_shape)`` -> the privacy event of one image's release (None: not DP)."""
@@ -366,7 +390,7 @@ class MechanismInfo(Generic[ArmT, PlanT]):
     make_plan: Callable[[ArmT, Mapping[str, float], PlanContext], PlanT]
     card: Callable[[PlanT, Ledger, str], PrivacyCard]
     image_mechanism: Callable[[PlanT], ImageMechanism | None] = lambda plan: None
-    reconstruction: Callable[[PlanT], Strict | None] = lambda plan: None
+    reconstruction: Callable[[PlanT], ReconstructionRecord | None] = lambda plan: None
     size: Callable[[ArmT, PlanContext], tuple[str, int] | None] = lambda arm, context: None
     is_private: bool = True
     local: bool = False

@@ -26,14 +26,14 @@ from pydantic import Field, field_validator, model_validator
 from dpmed import accounting
 from dpmed.accounting import Ledger
 from dpmed.errors import ConfigError, PrivacyError
-from dpmed.mechanisms.base import (ArmBase, GroupGuarantee, MechanismInfo, PlanContext, PrivacyCard, Strict, Sweep,
-                                   exactly_one, positive_finite, refuse_vacuous_delta, training_steps,
-                                   unit_words)
+from dpmed.mechanisms.base import (ArmBase, GroupGuarantee, MechanismInfo, PlanContext, PrivacyCard,
+                                   ReconstructionRecord, Strict, Sweep, exactly_one, positive_finite,
+                                   refuse_vacuous_delta, training_steps, unit_words)
 from dpmed.mechanisms.cards import COVERAGE, SECURE_RANDOMNESS, label_not_dp, label_randomness
 from dpmed.numbers import delta_share_text, delta_text, epsilon_text
 from dpmed.randomness import DRAW_BOUND, DRAW_BOUNDS
 
-__all__ = ["DpSgdArm", "DpSgdPlan", "ReconstructionRecord", "AttackConfig", "INFO", "size_key", "patient_guarantee"]
+__all__ = ["DpSgdArm", "DpSgdPlan", "AttackConfig", "INFO", "size_key", "patient_guarantee"]
 
 
 # The attacked batches' ceiling: 10**30 passed planning and looped for ever after the arm had trained. Each batch is
@@ -441,28 +441,6 @@ def _card(plan: DpSgdPlan, ledger: Ledger, randomness_mode: str) -> PrivacyCard:
             neighbour_relation=neighbours.replace("(Poisson sampling", "(accounted as if Poisson sampling")[:-1]
             + "; the run shuffled fixed-size batches)")
     return label_randomness(card, randomness_mode)
-
-
-class ReconstructionRecord(Strict):
-    """Reconstruction and membership-inference bounds of a DP-SGD run (METHODS.md s.7; `accounting.reconstruction_risk`)
-    with prior kappa = 1/N over its N units, how each was obtained, and the assumptions they rest on."""
-
-    noise_multiplier: float
-    sample_rate: float
-    steps: int
-    kappa: float
-    worst_case: float
-    worst_case_edgeworth: float
-    relaxed: float
-    gdp: float
-    tpr_at_fpr: dict[str, float]
-    assumptions: str
-    worst_case_via: str
-    worst_case_edgeworth_via: str
-    relaxed_via: str
-    gdp_via: str
-    tpr_at_fpr_via: dict[str, str]
-    unit: Literal["patient", "image"]
 
 
 def _baseline_units(plan: DpSgdPlan) -> int:
