@@ -207,7 +207,13 @@ def _compose_patients(dp: Sequence[_DpSgdRun], delta: float) -> tuple[float | No
     """The runs composed for add/remove one patient: patient-unit runs' steps as they are, image-unit runs' steps as
     groups of a patient's at most k images (`accounting.patient_epsilon`)."""
     patients = [e for r in dp if r.unit == "patient" for e in r.events]
-    groups = [accounting.ImageGroup(r.cap, e) for r in dp if r.unit != "patient" for e in r.events]
+    groups: list[accounting.ImageGroup] = []
+    for r in dp:
+        if r.unit != "patient":
+            # each has a cap where they compose (`_patient_obstacle`): a run without one fails here, never leaves the
+            # total (and ImageGroup refuses a k of None where asserts are off)
+            assert r.cap is not None, f"{r.run_id}: an image-unit run without max_images_per_patient"
+            groups += [accounting.ImageGroup(r.cap, e) for e in r.events]
     try:
         return accounting.patient_epsilon(patients, groups, delta=delta), ""
     except ValueError as exc:
