@@ -166,3 +166,64 @@ def test_the_opacus_engine_steps_on_exactly_after_a_step_that_failed(monkeypatch
     for _ in range(2):
         for a, b in zip(step.clipped_sum(x, y), expected, strict=True):
             torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_a_retry_after_a_failed_opacus_step_may_take_a_smaller_batch_and_finds_no_trace_of_the_failed_one(
+        monkeypatch):
+    """The natural retry after running out of memory takes fewer examples (and Poisson batches vary in size anyway).
+    Opacus sizes a layer's per-example gradients by the batch length it keeps on the layer from its backward hook,
+    and keeps each forward's activations until their backward: left from a failed call, the stale length made the
+    next, smaller batch's gradients the old batch's length (refused as not batch-first), and the failed batch's
+    activations stayed on the model."""
+    x, y = _data()
+    settings = dict(max_grad_norm=1.0, noise_multiplier=0.0, expected_batch_size=1.0, physical_batch_size=6,
+                    noise_rng=np.random.default_rng(0), engine="opacus")
+    expected = DpSgdStep(_tiny_model(), loss_fn=_loss, **settings).clipped_sum(x[:3], y[:3])
+    model = _tiny_model()
+    step = DpSgdStep(model, loss_fn=_fail_once(monkeypatch, "backward", _loss), **settings)
+    with pytest.raises(RuntimeError, match="forced"):
+        step.clipped_sum(x, y)
+    assert not [name for name, m in model.named_modules() if "activations" in m.__dict__]
+    for a, b in zip(step.clipped_sum(x[:3], y[:3]), expected, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+class _SharedLayer(nn.Module):
+    """One Linear applied twice: Opacus sums its two per-example gradients in ``_current_grad_sample`` across two
+    backward hooks, promoting the sum only after the second."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.inner, self.out = nn.Linear(4, 4).double(), nn.Linear(4, 3).double()
+
+    def forward(self, x):
+        return self.out(torch.tanh(self.inner(torch.tanh(self.inner(x)))))
+
+
+def test_a_failure_between_a_shared_layer_s_two_backward_hooks_adds_nothing_to_the_next_step(monkeypatch):
+    """A step that failed after the shared layer's first backward hook left that half of its batch's per-example
+    gradient on the parameter; the next call added its own to it, so the clipped sum carried a gradient of a batch
+    that was never noised or counted."""
+    from opacus import GradSampleModule
+
+    g = torch.Generator().manual_seed(2)
+    x, y = torch.randn(5, 4, generator=g, dtype=torch.float64), torch.randint(0, 3, (5,), generator=g)
+    settings = dict(loss_fn=_loss, max_grad_norm=1.0, noise_multiplier=0.0, expected_batch_size=1.0,
+                    physical_batch_size=5, noise_rng=np.random.default_rng(0), engine="opacus")
+    expected = DpSgdStep(_SharedLayer(), **settings).clipped_sum(x, y)
+    calls, sampler = [], GradSampleModule.GRAD_SAMPLERS[nn.Linear]
+
+    def third_fails(*args, **kwargs):        # out's hook, inner's second use, then inner's first use fails
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("CUDA out of memory (forced)")
+        return sampler(*args, **kwargs)
+
+    monkeypatch.setitem(GradSampleModule.GRAD_SAMPLERS, nn.Linear, third_fails)
+    step = DpSgdStep(_SharedLayer(), **settings)
+    with pytest.raises(RuntimeError, match="forced"):
+        step.clipped_sum(x, y)
+    assert len(calls) == 3
+    for a, b in zip(step.clipped_sum(x, y), expected, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
