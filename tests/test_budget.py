@@ -670,3 +670,14 @@ def test_a_patient_total_of_image_unit_runs_names_the_samplers_shares_that_move_
     assert 0 < shares < 1e-9 and delta_text(privacy.delta) == "1.01e-05", privacy.statement
     assert (f"at delta = 1.01e-05 (1e-05 + {delta_text(shares)} for the noise samplers' bounded draws, rounded up; "
             "PLD; neighbours: add/remove one patient with all of their images;") in privacy.statement, privacy.statement
+
+
+@pytest.mark.parametrize("arm", ["{name: base, mechanism: none}",
+                                 "{name: ldp, mechanism: pixel_laplace, target_epsilon_image: 50}"])
+def test_a_budgeted_study_without_dp_sgd_runs_records_the_budget_s_delta(write_study, arm):
+    """study.yaml's privacy states the delta the study is held to: with a budget, the budget's, also where no DP-SGD
+    run composes to one of its own."""
+    study = load_study(write_study(BUDGET.replace("{name: dp, mechanism: dp_sgd, target_epsilon: 8}", arm)))
+    privacy = _privacy(study)
+    assert privacy.dp_sgd_runs == () and privacy.delta == 1e-5
+    assert study_privacy(_plans(study)).delta is None          # without a budget, none

@@ -671,3 +671,20 @@ def test_the_advice_for_a_rough_count_names_the_arms_whose_epochs_read_t_from_it
     [told] = [r.getMessage() for r in caplog.records if "is rough" in r.getMessage()]
     assert told.endswith("; set training.steps, which keeps T off the count (q = B / N still reads it), and no epochs "
                          "on arm by_epochs, which replace it, or train on more units"), told
+
+
+def test_the_advice_for_a_rough_count_names_no_arm_whose_length_is_the_study_s_own_epochs(write_study, tmp_path,
+                                                                                           caplog, monkeypatch):
+    """An arm without epochs of its own reads T from the count through training.epochs: setting training.steps
+    alone keeps T off it, so the advice names no arm's epochs to drop (the arm has none to drop)."""
+    import logging
+
+    import dpmed.study
+
+    monkeypatch.setattr(dpmed.study, "release_sizes", lambda needed, **kwargs: {key: 5 for key in needed})
+    with caplog.at_level(logging.WARNING, logger="dpmed.study"):
+        _prepare(write_study, tmp_path, "size_epsilon: 1\ntraining: {epochs: 2}\n"
+                 "arms: [{name: plain, mechanism: dp_sgd, target_epsilon: 8}]\n")
+    [told] = [r.getMessage() for r in caplog.records if "is rough" in r.getMessage()]
+    assert told.endswith("; set training.steps, which keeps T off the count (q = B / N still reads it), or train on "
+                         "more units"), told

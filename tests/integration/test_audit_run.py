@@ -289,3 +289,31 @@ def test_a_draw_of_every_patient_with_no_canary_included_trains_on_nothing_and_f
 
     weights = torch.load(folder.public / "model.pt", weights_only=True)
     assert all(torch.isfinite(w).all() for w in weights.values() if w.is_floating_point())   # no step on no image
+
+
+def test_an_audited_run_without_dp_sgd_draws_its_canary_sources_at_m_over_its_training_patients(write_study,
+                                                                                               monkeypatch):
+    """Without a DP count, the draw's N is the training set's patients, counted by distinct id (nothing of it leaves
+    a run without DP-SGD's claim): counted as images, a study whose patients have two images each drew about m times
+    patients / images canaries, fewer than the m asked for."""
+    import dpmed.run
+    from dpmed.randomness import PrivacyRandomness
+
+    study = load_study(write_study(
+        "name: s\ndata: {source: phantom, n_images: 120, image_size: 16}\ntraining: {epochs: 1, batch_size: 16}\n"
+        "evaluation: {bootstrap_resamples: 10, fairness: null}\n"
+        "arms: [{name: a, mechanism: none, audit: {canaries: 10}}]\n"))
+    dataset = load_study_data(study)
+    (plan,) = plan_study(study, dataset, {})
+    told = []
+
+    def stop(train_set, task, config, *, seed, n_patients, rng, unit):
+        told.append(n_patients)
+        raise ValueError("stopped here")
+
+    monkeypatch.setattr(dpmed.run.audit, "insert_canaries_for", stop)
+    with pytest.raises(ConfigError, match="stopped here"):
+        dpmed.run._training_set(plan, dataset, PrivacyRandomness.secure(), None)
+    patients = len(set(dataset.train.patient_ids.astype(str).tolist()))
+    assert patients < len(dataset.train)         # the case this test is about
+    assert told == [patients]
