@@ -813,3 +813,28 @@ def test_a_figure_is_drawn_once_to_be_saved_at_its_own_dpi(records, narrow, monk
             png = png_bytes(fig)
         assert draws == [fig]
         assert Image.open(io.BytesIO(png)).size == tuple(round(v) for v in fig.get_size_inches() * fig.dpi)
+
+
+def test_the_places_above_or_below_a_point_still_to_be_labelled_are_offered_last():
+    """A label straight above or below a point whose label comes later would leave that label no way back to its
+    point: every such place is offered after every other, however near; the others nearest first (to a step)."""
+    n, u, v = point_labels._grid([(12.0, 4.0)], 3.0, 5.0, Bbox.from_extents(0, 0, 100, 100), np.empty((0, 4)),
+                                 np.array([50.0, 50.0]), [(40.0, 60.0)])
+    blocked = (50 + u - 6 < 60) & (40 < 50 + u + 6)
+    assert blocked.any() and (~blocked).any()
+    assert list(blocked) == sorted(blocked)
+    gap = np.hypot(np.maximum(np.abs(u) - 6, 0), np.maximum(np.abs(v) - 2, 0))[~blocked]   # label's edge to point
+    assert np.all(np.diff(np.rint(gap / 5)) >= 0)
+
+
+def test_numpy_says_boxes_overlap_exactly_where_matplotlib_does_edges_touching_included():
+    """Labels and boxes on a half-pixel grid, many touching at an edge or a corner: a label placed touching a bar or
+    another label counts as covering it, as matplotlib's `Bbox.overlaps` decides, pair for pair."""
+    rng = np.random.default_rng(4)
+    corners = np.round(rng.uniform(0, 6, (60, 2)) * 2) / 2, np.round(rng.uniform(0, 3, (60, 2)) * 2) / 2
+    boxes = np.hstack([corners[0], corners[0] + corners[1]])
+    near = point_labels._near(boxes, boxes)
+    for i, j in np.ndindex(near.shape):
+        assert near[i, j] == Bbox(boxes[i].reshape(2, 2)).overlaps(Bbox(boxes[j].reshape(2, 2))), (boxes[i], boxes[j])
+    touching = (boxes[:, None, 2] == boxes[None, :, 0]) | (boxes[:, None, 3] == boxes[None, :, 1])
+    assert (near & touching).any()                  # the case this test is about
