@@ -122,6 +122,17 @@ def test_the_progress_line_says_runs_done_and_time_left_from_the_runs_finished(m
     assert re.fullmatch(rf"study: 2 of 4 runs done \(1 earlier\), 0:00 elapsed, about {left} left", line), line
 
 
+def test_the_progress_line_counts_a_continued_run_for_the_steps_after_its_checkpoint(make_record):
+    """A run that continues from its checkpoint trains the steps after it only: left after the first, a plain run
+    (4 steps at 0.25 s, + 1 s) and a DP-SGD run stopped at step 7 of 10 (3 steps at 0.25 s, + 1 s), 3.75 s; counted
+    for all its 10 steps, 5.5 s."""
+    runs = [make_record("np_seed0", "np"), make_record("np_seed1", "np", seed=1),
+            make_record("dp_eps1_C1_seed0", "dp", "dp_sgd", eps=1.0)]
+    progress = StudyProgress(total=3, earlier=0, todo=[r.plan for r in runs], n_train=N_TRAIN, workers=1,
+                             n_patients=N_TRAIN, steps_left={"dp_eps1_C1_seed0": 3})
+    assert progress.line("np_seed0", runs[0]).endswith("about 0:04 left")
+
+
 def test_the_progress_line_learns_a_dp_sgd_runs_rate_from_its_private_timing(make_record):
     """The record of a DP-SGD run holds no seconds; the study passes the private ones, and the rate is learnt."""
     progress, runs = _progress(make_record, 1)

@@ -344,9 +344,9 @@ def _plan(args: argparse.Namespace) -> int:
         study = _load(args)     # first: a mistake in the study file is told before seconds of importing below
         from dpmed.executors import check_executor_options
         from dpmed.models.installation import check_torchvision, needs_torchvision
-        from dpmed.plan_command import checkpoints_of, print_plan
+        from dpmed.plan_command import print_plan
         from dpmed.pretraining import check_weights
-        from dpmed.study import estimate_times, prepare_study
+        from dpmed.study import checkpoints_of, estimate_times, prepare_study
 
         check_executor_options(args.executor, workers=args.workers, address=args.address)   # as `run` would
         if needs_torchvision(study):    # as `run_study` does: before the data are read, not where a model imports it
@@ -356,8 +356,8 @@ def _plan(args: argparse.Namespace) -> int:
         if not args.no_estimate and prepared.todo:
             _log.info("estimating the study's time: timing a few steps of each kind of run (--no-estimate skips this)")
         told = checkpoints_of(prepared)
-        left = {run_id: of - done for run_id, (done, of) in told.continued.items()}
-        rates, seconds = (None, {}) if args.no_estimate or not prepared.todo else estimate_times(prepared, left)
+        rates, seconds = ((None, {}) if args.no_estimate or not prepared.todo else
+                          estimate_times(prepared, told.steps_left))
     finally:
         detach(handler)
     print_plan(prepared, told, rates, seconds, workers=args.workers)

@@ -10,18 +10,17 @@ The exact training-set sizes printed here are for the user at the terminal only:
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 
 from dpmed.config import RunPlan
 from dpmed.mechanisms import DpSgdPlan, PrivacyCard
 from dpmed.numbers import bytes_text, count_text, delta_text, epsilon_text, shape_text
 from dpmed.pretraining import describe_start
 from dpmed.released_size import describe_counts
-from dpmed.states import checkpoints_told, folder_holder
-from dpmed.study import PreparedStudy, planned_card
+from dpmed.states import folder_holder
+from dpmed.study import Checkpoints, PreparedStudy, planned_card
 from dpmed.timing import Rates, clock, concurrent_runs, run_steps
 
-__all__ = ["print_plan", "checkpoints_of", "Checkpoints"]
+__all__ = ["print_plan"]
 
 
 def _number(value: float | None, spec: str = ".4g") -> str:
@@ -51,30 +50,9 @@ def _table(rows: list[list[str]]) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
 
 
-@dataclass(frozen=True)
-class Checkpoints:
-    """What the checkpoints of a study's runs still to train tell (`dpmed.states.checkpoints_told`): told, each
-    run's (run id, state, what the next `dpmed run` does with it, (the step it continues from, the run's steps) or
-    None), read once for both the time estimate and the lines that say it."""
-
-    told: list[tuple[str, str, str, tuple[int, int] | None]]
-
-    @property
-    def continued(self) -> dict[str, tuple[int, int]]:
-        """(the step it continues from, the run's steps as its checkpoint counts them) of each run that continues
-        from its checkpoint: it trains the steps after it only (an audited run's own count, which the plan knows
-        only in expectation)."""
-        return {run_id: progress for run_id, _, _, progress in self.told if progress and progress[0]}
-
-
-def checkpoints_of(prepared: PreparedStudy) -> Checkpoints:
-    """The checkpoints of ``prepared``'s runs still to train, told against the study as it will run them."""
-    return Checkpoints(checkpoints_told(prepared.folder.root, prepared.resolved(), [p.run_id for p in prepared.todo]))
-
-
 def print_plan(prepared: PreparedStudy, checkpoints: Checkpoints, rates: Rates | None, seconds: dict[str, float], *,
                workers: int | None) -> None:
-    """Print ``prepared``'s plan to stdout. ``checkpoints``: :func:`checkpoints_of` it; ``rates`` and ``seconds``:
+    """Print ``prepared``'s plan to stdout. ``checkpoints``: `dpmed.study.checkpoints_of` it; ``rates`` and ``seconds``:
     `dpmed.study.estimate_times`'s (for the steps left after them), or None and {} where no time was estimated;
     ``workers``: --workers as given (None: not given)."""
     study, ds, folder = prepared.study, prepared.dataset, prepared.folder

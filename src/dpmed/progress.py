@@ -4,7 +4,7 @@ failed, time elapsed, and the time left, estimated from the runs finished in thi
 from __future__ import annotations
 
 import time
-from typing import Iterable
+from typing import Iterable, Mapping
 
 from dpmed.config import RunPlan
 from dpmed.executors import RunFailure
@@ -18,12 +18,15 @@ class StudyProgress:
     """The study's progress line after each run: runs done of all, time elapsed, and time left, from the rate of
     the runs finished in this session (`dpmed.timing.Rates`), shared among ``workers``. ``n_patients``: the training
     patients, of which an audited run without DP-SGD trains on what its canary draws leave (`dpmed.timing.run_steps`):
-    its steps are counted in expectation, as the plan counts them."""
+    its steps are counted in expectation, as the plan counts them. ``steps_left``: the steps each run that continues
+    from its checkpoint trains after it (`dpmed.study.Checkpoints.steps_left`), as the plan counts them too: before,
+    a run stopped at step 9 of 12 was counted for all 12 steps, not the 3 it had left."""
 
     def __init__(self, *, total: int, earlier: int, todo: Iterable[RunPlan], n_train: int, workers: int,
-                 n_patients: int) -> None:
+                 n_patients: int, steps_left: Mapping[str, int] | None = None) -> None:
         self.total, self.earlier = total, earlier
         self.left = {p.run_id: p for p in todo}
+        self.steps_left = dict(steps_left or {})
         self.finished: list[tuple[RunPlan, Timing]] = []
         self.failed, self.workers = 0, workers
         self.n_train, self.n_patients = n_train, n_patients
@@ -44,7 +47,8 @@ class StudyProgress:
                  f"{clock(time.perf_counter() - self.start)} elapsed"]
         if self.left:
             rates = Rates.from_runs(self.finished, self.n_train, self.n_patients)
-            seconds = ([rates.run_seconds(p, self.n_train, n_patients=self.n_patients) for p in self.left.values()]
+            seconds = ([rates.run_seconds(p, self.n_train, n_patients=self.n_patients,
+                                          left=self.steps_left.get(p.run_id)) for p in self.left.values()]
                        if rates else [None])
             if None in seconds:
                 parts.append("time left: known after the first run")

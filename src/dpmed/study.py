@@ -54,13 +54,13 @@ from dpmed.records import DatasetSummary, ResolvedStudy, RunRecord, StudyPrivacy
 from dpmed.released_size import COUNT_CONFIDENCE, count_is_rough, count_margin, keep_sizes, needed_sizes, release_sizes
 from dpmed.resumption import attributes_fingerprint, data_fingerprints, finished_runs, randomness_of
 from dpmed.run import RunContext, reevaluate
-from dpmed.states import counts_shown, read_resolved
+from dpmed.states import checkpoints_told, counts_shown, read_resolved
 from dpmed.suitability import check_classes, check_fit, check_patients
 from dpmed.timing import Rates, probe_rates
 from dpmed.workspace import claim_folder, withdraw_leftovers, withdraw_public_timing, writing_into
 
 __all__ = ["StudyResult", "PreparedStudy", "run_study", "prepare_study", "plan_study",
-           "load_study_data", "planned_card", "estimate_times", "check_device"]
+           "load_study_data", "planned_card", "estimate_times", "check_device", "Checkpoints", "checkpoints_of"]
 
 _log = logging.getLogger(__name__)
 
@@ -437,10 +437,37 @@ def planned_card(plan: RunPlan, image_shape: tuple[int, ...], randomness: str) -
     return info.card(plan.privacy, Ledger(tuple(events)), randomness)
 
 
+@dataclass(frozen=True)
+class Checkpoints:
+    """What the checkpoints of a study's runs still to train tell (`dpmed.states.checkpoints_told`): told, each
+    run's (run id, state, what the next `dpmed run` does with it, (the step it continues from, the run's steps) or
+    None), read once for both the time estimate and the lines that say it."""
+
+    told: list[tuple[str, str, str, tuple[int, int] | None]]
+
+    @property
+    def continued(self) -> dict[str, tuple[int, int]]:
+        """(the step it continues from, the run's steps as its checkpoint counts them) of each run that continues
+        from its checkpoint: it trains the steps after it only (an audited run's own count, which the plan knows
+        only in expectation)."""
+        return {run_id: progress for run_id, _, _, progress in self.told if progress and progress[0]}
+
+    @property
+    def steps_left(self) -> dict[str, int]:
+        """The steps each run that continues from its checkpoint trains after it: what `dpmed plan`'s estimate and
+        `dpmed run`'s time left count for it (`dpmed.timing.Rates.run_seconds`), not all its steps."""
+        return {run_id: of - done for run_id, (done, of) in self.continued.items()}
+
+
+def checkpoints_of(prepared: PreparedStudy) -> Checkpoints:
+    """The checkpoints of ``prepared``'s runs still to train, told against the study as it will run them."""
+    return Checkpoints(checkpoints_told(prepared.folder.root, prepared.resolved(), [p.run_id for p in prepared.todo]))
+
+
 def estimate_times(prepared: PreparedStudy, left: Mapping[str, int] | None = None) -> tuple[Rates, dict[str, float]]:
     """(the probe's rates, estimated seconds of each run still to train): a short timing probe on this machine
     now (`dpmed.timing`), scaled by each run's steps, or by ``left``'s: the steps a run that continues from its
-    checkpoint trains after it, as the checkpoint counts them (`dpmed.states.checkpoints_told`)."""
+    checkpoint trains after it, as the checkpoint counts them (`Checkpoints.steps_left`)."""
     rates = probe_rates(prepared.todo, prepared.dataset, evaluation=prepared.study.evaluation,
                         trainable=prepared.study.model.trainable_setting)
     train, left = prepared.dataset.train, left or {}
@@ -552,7 +579,7 @@ def _run_study(study: Study, *, out: Path | str, progress: bool, executor: str, 
         todo = [RunTask(plan, folder.run(plan.run_id)) for plan in prepared.todo]
         tracker = StudyProgress(total=len(plans), earlier=len(prepared.finished), todo=prepared.todo,
                                 n_train=len(dataset.train), workers=workers if executor == "local" else len(todo) or 1,
-                                n_patients=dataset.train.n_patients)
+                                n_patients=dataset.train.n_patients, steps_left=checkpoints_of(prepared).steps_left)
 
         def on_outcome(task: RunTask, outcome: RunRecord | RunFailure) -> None:
             outcomes[task.plan.run_id] = outcome
