@@ -256,11 +256,7 @@ def _load(args: argparse.Namespace) -> Any:
         origins["data.path"] = f"--data-path {args.data_path}"
     if args.device is not None:
         overrides["training.device"], origins["training.device"] = args.device, f"--device {args.device}"
-    study = load_study(args.study, overrides, origins=origins)
-    from dpmed.study import check_device   # after the study file is checked: the training stack takes seconds to import
-
-    check_device(study, given_as=origins.get("training.device"))    # before the data are read or a folder is made
-    return study
+    return load_study(args.study, overrides, origins=origins)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -346,10 +342,13 @@ def _plan(args: argparse.Namespace) -> int:
         from dpmed.models.installation import check_torchvision, needs_torchvision
         from dpmed.plan_command import print_plan
         from dpmed.pretraining import check_weights
-        from dpmed.study import checkpoints_of, estimate_times, prepare_study
+        from dpmed.study import check_device, checkpoints_of, estimate_times, prepare_study
 
         check_executor_options(args.executor, workers=args.workers, address=args.address)   # as `run` would
-        if needs_torchvision(study):    # as `run_study` does: before the data are read, not where a model imports it
+        # as `run_study` does, before the data are read or a folder is made: a GPU this machine lacks, a torchvision
+        # built for another torch (told here, not where a model imports it)
+        check_device(study)
+        if needs_torchvision(study):
             check_torchvision()
         prepared = prepare_study(study, out=args.out)
         check_weights(study, prepared.dataset)

@@ -133,12 +133,14 @@ class PreparedStudy:
         return sizes, size_epsilon
 
 
-def check_device(study: Study, *, given_as: str | None = None) -> None:
+def check_device(study: Study) -> None:
     """A study that asks for a GPU this machine lacks is refused before the data are read, not when each run
-    starts. ``given_as``: how the user asked for it, if not in the study file (e.g. ``--device cuda``)."""
+    starts, naming the option that asked for it where one did (``--device cuda``: `Study.origin`). Each command
+    checks once: `run_study` for `dpmed run` and a Python caller, `dpmed plan` itself."""
     if study.training.device == "cuda" and not torch.cuda.is_available():
         build = "" if torch.version.cuda else f" (this torch {torch.__version__} is built without CUDA)"
-        asked = f"{given_as}: training.device is cuda" if given_as else "training.device is cuda"
+        given = study.origin("training.device")
+        asked = f"{given}: training.device is cuda" if given else "training.device is cuda"
         raise ConfigError(f"{asked}, but this machine has no CUDA GPU that torch can use{build}; use device cpu or "
                           "auto (dpmed run --device cpu), or run where a GPU is")
 
@@ -320,7 +322,6 @@ def prepare_study(study: Study, *, out: Path | str = "results") -> PreparedStudy
     checked. Trains nothing, and writes only the DP counts of the training set that DP-SGD plans from, where this
     folder holds none yet (private; `dpmed.released_size`). Raises ConfigError if the folder holds runs made with
     other settings."""
-    check_device(study)
     folder = StudyFolder(Path(out) / study.name)
     _refuse_shared_cache(study, folder)
     # first: a study.yaml another version wrote is refused before the data are read or a count is drawn
