@@ -177,12 +177,13 @@ def plan_study(study: Study, dataset: Dataset, sizes: Mapping[str, int] | None =
     # number of images in the clear).
     exact_limit = max_canaries(dataset.train)
     for plan in plans:
-        dp = isinstance(plan.privacy, DpSgdPlan)
-        limit = plan.privacy.released_count - 1 if isinstance(plan.privacy, DpSgdPlan) else exact_limit
+        dp_plan = plan.privacy if isinstance(plan.privacy, DpSgdPlan) else None
+        dp = dp_plan is not None
+        limit = dp_plan.released_count - 1 if dp_plan is not None else exact_limit
         if plan.audit is not None and plan.audit.canaries > limit:
             none_left = limit < 2                   # 2: the fewest canaries an audit takes
             # a DP-SGD arm's count is of its units: images where the image is the unit (`dpmed.audit.canaries`)
-            units = f"{plan.privacy.unit}s" if dp else "patients"
+            units = f"{dp_plan.unit}s" if dp_plan is not None else "patients"
             if dp and limit < 0:            # a count is released, with noise: below one, it is no count of units
                 raise ConfigError(
                     f"arm {plan.arm!r}: audit.canaries = {plan.audit.canaries} needs more training {units} than the "
@@ -606,8 +607,8 @@ def _run_study(study: Study, *, out: Path | str, progress: bool, executor: str, 
                           f" (one per run; {workers} asked for)" if started < workers else ""))
             make_executor(executor, workers=workers, address=address, worker_setup=worker_setup).map(
                 todo, context, on_outcome, fail_fast=fail_fast)
-        records = [outcomes[p.run_id] for p in plans if isinstance(outcomes.get(p.run_id), RunRecord)]
-        failures = [outcomes[p.run_id] for p in plans if isinstance(outcomes.get(p.run_id), RunFailure)]
+        records = [outcome for p in plans if isinstance(outcome := outcomes.get(p.run_id), RunRecord)]
+        failures = [outcome for p in plans if isinstance(outcome := outcomes.get(p.run_id), RunFailure)]
         if records:
             write_outputs(folder, resolved, records)
     return StudyResult(study=study, out_dir=folder.root, records=records, resumed=sorted(prepared.finished),

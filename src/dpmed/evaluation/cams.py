@@ -150,7 +150,8 @@ def compute_cams(model: nn.Module, images: np.ndarray, *, target_layer: str, tar
                          normalization=normalization, batch_size=batch_size)
 
 
-def cams_of_plain(clone: nn.Module, images: np.ndarray, *, target_layer: str, targets: Sequence[int | tuple[int, ...]],
+def cams_of_plain(clone: nn.Module, images: np.ndarray, *, target_layer: str,
+                  targets: Sequence[int | tuple[int, ...]] | np.ndarray,
                   method: str, normalization, batch_size: int = 32) -> np.ndarray:
     """:func:`compute_cams` on a module that is already a :func:`plain_copy` (no second copy)."""
     if method not in CAM_METHODS:

@@ -37,9 +37,9 @@ from torch import nn
 from dpmed.data import pace as pacing
 from dpmed.evaluation.cams import CAM_METHODS, cams_of_plain, class_probabilities, plain_copy
 from dpmed.evaluation.faithfulness import (METRIC_LABELS, average_drop, deletion_insertion, increase_in_confidence,
-                                           mask_area_share, mask_energy, masked_input_score, mean_with_interval,
-                                           pointing_game)
-from dpmed.evaluation.summaries import Explanations
+                                           mask_area_share, mask_energy, masked_input_score,
+                                           mean_with_interval, pointing_game)
+from dpmed.evaluation.summaries import Explanations, MeanEstimate
 from dpmed.evaluation.weighted import number
 
 # CAM_METHODS is re-exported: the registry of method names (`dpmed.names`) is checked against it here.
@@ -127,13 +127,17 @@ def explain(model: nn.Module, images: np.ndarray, *, kind: str, target_layer: st
     o = scores_of(cams[:, None] * images)[rows, targets]                        # E = L * I, before normalisation
     deletion, insertion, del_curve, ins_curve = deletion_insertion(scores_of, images, cams, targets,
                                                                    steps=deletion_steps, label=label)
-    stats = dict(n_resamples=n_resamples, seed=seed, confidence=confidence)
+
+    def interval(values: np.ndarray, ids: np.ndarray | None) -> MeanEstimate:
+        """The mean of per-image ``values`` and its interval, on the redraws every arm shares (docstring)."""
+        return mean_with_interval(values, patient_ids=ids, n_resamples=n_resamples, seed=seed, confidence=confidence)
+
     metrics = {
-        "average_drop": mean_with_interval(average_drop(y, o), patient_ids=ids, **stats),
-        "increase_in_confidence": mean_with_interval(increase_in_confidence(y, o), patient_ids=ids, **stats),
-        "masked_input_score": mean_with_interval(masked_input_score(y, o), patient_ids=ids, **stats),
-        "deletion_auc": mean_with_interval(deletion, patient_ids=ids, **stats),
-        "insertion_auc": mean_with_interval(insertion, patient_ids=ids, **stats),
+        "average_drop": interval(average_drop(y, o), ids),
+        "increase_in_confidence": interval(increase_in_confidence(y, o), ids),
+        "masked_input_score": interval(masked_input_score(y, o), ids),
+        "deletion_auc": interval(deletion, ids),
+        "insertion_auc": interval(insertion, ids),
     }
     arrays = {"cams": cams.astype(np.float16), "targets": targets, "score_image": y, "score_masked": o,
               "deletion_curve": del_curve, "insertion_curve": ins_curve}
@@ -157,11 +161,9 @@ def explain(model: nn.Module, images: np.ndarray, *, kind: str, target_layer: st
                                         targets=[target] * positions.size, method=method,
                                         normalization=normalization)           # [M, H, W]
             lesion_ids = None if ids is None else ids[positions]
-            metrics["mask_energy"] = mean_with_interval(mask_energy(lesion_cams, masks[positions]),
-                                                        patient_ids=lesion_ids, **stats)
-            metrics["pointing_game"] = mean_with_interval(
-                pointing_game(lesion_cams, masks[positions], tolerance=pointing_tolerance), patient_ids=lesion_ids,
-                **stats)
+            metrics["mask_energy"] = interval(mask_energy(lesion_cams, masks[positions]), lesion_ids)
+            metrics["pointing_game"] = interval(
+                pointing_game(lesion_cams, masks[positions], tolerance=pointing_tolerance), lesion_ids)
             arrays.update(lesion_cams=lesion_cams.astype(np.float16), lesion_positions=positions)
             record.update(lesion_class=None if every_finding else target,
                           lesion_target="the sum of every finding's score" if every_finding else f"class {target}",

@@ -120,7 +120,7 @@ def _bin_label(low: float, high: float) -> str:
     return f"[{low:g},{high:g})"
 
 
-def _age_labels(age_bins: Sequence[float]) -> tuple[str, list[str], str]:
+def _age_labels(age_bins: Sequence[float] | np.ndarray) -> tuple[str, list[str], str]:
     """(the group below the first edge, each bin's, the group from the last edge on) of the edges ``age_bins``: the
     names the groups get, the report names and the comparisons leave out, made in one place."""
     edges = [float(b) for b in age_bins]
@@ -297,20 +297,22 @@ def attribute_fairness(*, y: np.ndarray, s: np.ndarray, correct: np.ndarray, sel
     redraws_cat = {g: {k: np.concatenate(v, axis=0) for k, v in d.items()} for g, d in by_group.items()}
     # A group's AUROC and accuracy with each jackknife group of units left out [G, 2]: the BCa acceleration
     # (dpmed.evaluation.bootstrap.bca_interval); the percentile interval needs none.
-    jack = {g: evaluate_jackknife(redraws, lambda w, m=m: np.stack(
-        [weighted_macro_auroc(y[m], s[m], w[:, m]), weighted_mean(correct[m], w[:, m])], axis=1))
-        if interval == "bca" else None for g, m in members.items()}
+    def jackknifed(m: np.ndarray) -> np.ndarray:
+        return evaluate_jackknife(redraws, lambda w: np.stack(
+            [weighted_macro_auroc(y[m], s[m], w[:, m]), weighted_mean(correct[m], w[:, m])], axis=1))
+
+    jack = {g: jackknifed(m) if interval == "bca" else None for g, m in members.items()}
 
     out_groups = {}
     decided = selected is not None                   # binary, multilabel: positives (per label, summed) exist
     for g in order:
-        p, r = point[g], redraws_cat[g]
+        p, r, j = point[g], redraws_cat[g], jack[g]
         out_groups[g] = GroupFairness(
             n=int(members[g].sum()),
             auroc=estimate(p["auroc"][0], r["auroc"], confidence=confidence,
-                           jackknife=None if jack[g] is None else jack[g][:, 0]),
+                           jackknife=None if j is None else j[:, 0]),
             accuracy=estimate(p["accuracy"][0], r["accuracy"], confidence=confidence,
-                              jackknife=None if jack[g] is None else jack[g][:, 1]),
+                              jackknife=None if j is None else j[:, 1]),
             accuracy_parity_difference=estimate(p["accuracy"][0] - p["accuracy_rest"][0],
                                                 r["accuracy"] - r["accuracy_rest"], confidence=confidence),
             n_positive=int(y[members[g]].sum()) if decided else None,

@@ -134,7 +134,7 @@ def pointing_game(cams, masks, *, tolerance: float = 0.0) -> np.ndarray:
 
 
 def deletion_insertion(score_fn: Callable[[np.ndarray], np.ndarray], images: np.ndarray, cams: np.ndarray,
-                       targets: Sequence[int], *, steps: int = 16, baseline: float = 0.0, batch_size: int = 128,
+                       targets: Sequence[int] | np.ndarray, *, steps: int = 16, baseline: float = 0.0, batch_size: int = 128,
                        label: str = "explanations"):
     """(deletion AUC [N], insertion AUC [N], deletion curve [N, steps+1], insertion curve [N, steps+1]).
 
@@ -152,7 +152,7 @@ def deletion_insertion(score_fn: Callable[[np.ndarray], np.ndarray], images: np.
     rank = np.empty_like(order)
     rank[np.arange(n)[:, None], order] = np.arange(p)[None, :]                  # rank of each location
     counts = np.rint(np.arange(steps + 1) * p / steps).astype(np.int64)           # locations changed at step k
-    targets = np.asarray(targets, dtype=np.int64)
+    classes = np.asarray(targets, dtype=np.int64)                                 # [N]
     curves = np.empty((n, steps + 1, 2))
     per_chunk = max(1, batch_size // (2 * (steps + 1)))                          # images whose variants fit a batch
     pace = Pace(_log)
@@ -167,7 +167,7 @@ def deletion_insertion(score_fn: Callable[[np.ndarray], np.ndarray], images: np.
             variants.append(np.where(chosen, img, np.float32(baseline)))         # insertion
         stacked = np.stack(variants, axis=1).reshape(-1, *img.shape[1:])        # [b * (steps+1) * 2, C, H, W]
         scores = np.asarray(score_fn(stacked), dtype=np.float64)                 # [M, K]
-        per_variant = np.repeat(targets[sl], 2 * (steps + 1))                    # image-major, like stacked
+        per_variant = np.repeat(classes[sl], 2 * (steps + 1))                     # image-major, like stacked
         curves[sl] = scores[np.arange(len(stacked)), per_variant].reshape(len(img), steps + 1, 2)
     deletion, insertion = curves[:, :, 0], curves[:, :, 1]
     return _trapezoid(deletion), _trapezoid(insertion), deletion, insertion

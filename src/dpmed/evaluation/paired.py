@@ -269,10 +269,10 @@ def seed_summary(values: Sequence[float | None], *, confidence: float = 0.95,
         return SeedSummary(mean=mean, std=None, min=number(v.min()), max=number(v.max()), n_seeds=1,
                            reason="one seed: no spread over seeds to estimate, so no interval over seeds")
     std = number(v.std(ddof=1))
-    half = None if mean is None or std is None else float(student_t.ppf((1 + confidence) / 2, n - 1) * std / np.sqrt(n))
-    if half is None:
+    if mean is None or std is None:
         return SeedSummary(mean=mean, std=std, min=number(v.min()), max=number(v.max()), n_seeds=n,
                            reason="a seed's value is not finite")
+    half = float(student_t.ppf((1 + confidence) / 2, n - 1) * std / np.sqrt(n))
     low, high = mean - half, mean + half
     if within is not None:
         low, high = max(low, within[0]), min(high, within[1])

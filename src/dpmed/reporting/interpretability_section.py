@@ -60,27 +60,28 @@ def _lesion_target(explanations: Explanations) -> str:
     return explanations.lesion_target or f"class {explanations.lesion_class}"
 
 
-def _flat_scores(record: RunRecord) -> bool:
+def _flat_scores(record: RunRecord, explanations: Explanations) -> bool:
     """A binary run whose every explained image's predicted-class score lies within 0.05 of chance, 0.5 (a model
     that is never confident, whatever it ranks): the confidence metrics have next to nothing to measure. The class is
     the one the validation threshold decides, so Y may lie below 0.5 as well as above. Other tasks: chance is not
-    0.5 (1/K for K classes), and no run is flagged."""
-    lo, hi = record.explanations.score_image_min, record.explanations.score_image_max
+    0.5 (1/K for K classes), and no run is flagged. ``explanations``: ``record``'s."""
+    lo, hi = explanations.score_image_min, explanations.score_image_max
     return record.data.task == "binary" and lo is not None and hi is not None and lo > 0.45 and hi < 0.55
 
 
 def interpretability_section(inputs: ReportInputs) -> str:
-    runs = [r for r in inputs.records if r.explanations]
-    if not runs:
+    explained = [(r, e) for r in inputs.records if (e := r.explanations) is not None]
+    if not explained:
         return ""
+    runs = [r for r, _ in explained]
     level = inputs.level
-    metrics = list(dict.fromkeys(m for r in runs for m in r.explanations.metrics))
+    metrics = list(dict.fromkeys(m for _, e in explained for m in e.metrics))
     head = "".join(f"<th>{_e(_SHORT.get(m, m))}</th>" for m in metrics)
     rows = "".join(
         f"<tr><td>{_e(r.run_id)}</td><td>{_e(eps_label(r.privacy))}</td>"
-        + "".join(f"<td class=num>{_est(r.explanations.metrics.get(m), 2 if m in _PERCENT else 3)}</td>"
-                  for m in metrics) + "</tr>" for r in runs)
-    e0 = runs[0].explanations
+        + "".join(f"<td class=num>{_est(e.metrics.get(m), 2 if m in _PERCENT else 3)}</td>"
+                  for m in metrics) + "</tr>" for r, e in explained)
+    e0 = explained[0][1]
     notes = [f"{_e(e0.method)} ({_e(e0.method_reference)}) at layer <code>{_e(e0.target_layer)}"
              f"</code>, class: {_e(e0.explained_class)}, on {e0.n_images} test images drawn once "
              f"(seed {e0.image_seed}) and shared by every run; {level} percentile bootstrap intervals "
@@ -98,7 +99,7 @@ def interpretability_section(inputs: ReportInputs) -> str:
         notes.append(f"Lesion-mask energy and pointing game use the CAM of {_e(_lesion_target(e0))} on the "
                      f"{e0.n_masked_images} explained images with a lesion mask; a uniform CAM would put "
                      f"{e0.mask_area_share or 0:.3f} of its energy in the mask (chance level).")
-    flat = [r.run_id for r in runs if _flat_scores(r)]
+    flat = [r.run_id for r, e in explained if _flat_scores(r, e)]
     if flat:
         notes.append("Predicted-class scores Y that hardly vary (within 0.05 of chance for every explained image) in: "
                      + ", ".join(flat) + ". Masking can then move Y only a little, so Average Drop, Increase in "
@@ -114,14 +115,14 @@ def interpretability_section(inputs: ReportInputs) -> str:
                      "found what the model looked at.")
     # Each count with the metrics that read its maps: the predicted-class maps feed the confidence and
     # deletion/insertion metrics, the lesion-class maps (records before them lack the count) energy and pointing.
-    zero = [f"{_e(r.run_id)}: {e.n_zero_cams} of {e.n_images}" for r in runs if (e := r.explanations).n_zero_cams]
+    zero = [f"{_e(r.run_id)}: {e.n_zero_cams} of {e.n_images}" for r, e in explained if e.n_zero_cams]
     if zero:
         notes.append("All-zero CAMs of the explained class (no positive evidence anywhere), which Average Drop, "
                      "Increase in Confidence, the masked-input score and deletion/insertion AUC read (the masked "
                      "input is then a black image, and deletion and insertion take the pixels in raster order): "
                      + ", ".join(zero) + ".")
-    lesion_zero = [f"{_e(r.run_id)}: {e.n_zero_lesion_cams} of {e.n_masked_images}" for r in runs
-                   if (e := r.explanations).n_zero_lesion_cams]
+    lesion_zero = [f"{_e(r.run_id)}: {e.n_zero_lesion_cams} of {e.n_masked_images}" for r, e in explained
+                   if e.n_zero_lesion_cams]
     if lesion_zero:
         notes.append(f"All-zero CAMs of {_e(_lesion_target(e0))} on the explained images with a lesion mask, "
                      "which lesion-mask energy and the pointing game read (such a map scores 0 energy and misses): "

@@ -19,6 +19,7 @@ from matplotlib.figure import Figure
 from dpmed import accounting
 from dpmed.evaluation.proportions import clopper_pearson
 from dpmed.numbers import confidence_text, round_down
+from dpmed.mechanisms import ReconstructionRecord
 from dpmed.records import AttackRecord, RunRecord
 from dpmed.reporting.figures import png_bytes
 from dpmed.reporting.inputs import (ReportInputs, bound_percent, eps_label, escape, estimate_text, no_bound_note,
@@ -41,7 +42,7 @@ def _percent(value: float | None) -> str:
     return bound_percent(value, 1)
 
 
-def _step_kappa(r: RunRecord) -> float | None:
+def _step_kappa(risk: ReconstructionRecord, a: AttackRecord) -> float:
     """The prior at which the attacked step's bound holds: the larger of the run's kappa (1/N) and the upper end of
     the chance rate's interval. Hayes et al. 2023 bound success by a criterion against that criterion's own baseline;
     the attack's SSIM criterion is passed by plausible images that know nothing of the batch (the chance rate: the
@@ -49,33 +50,29 @@ def _step_kappa(r: RunRecord) -> float | None:
     where that beats 1/N a bound at 1/N can sit below what random images score: no yardstick for the attack. The
     chance rate is itself measured, so the upper end of its interval (at the record's CI level) is taken, which keeps
     the bound an upper bound. The record holds the rate of ``n_trials`` draws; the count is recovered from it."""
-    risk, a = r.reconstruction, r.attack
-    if risk is None or a is None:
-        return None
     chance_high = clopper_pearson(round(a.chance_rate * a.n_trials), a.n_trials, level=a.ci_level)[1]
     return max(risk.kappa, chance_high)
 
 
-def _step_bound(r: RunRecord) -> float | None:
+def _step_bound(risk: ReconstructionRecord, a: AttackRecord) -> float:
     """The worst-case bound of the game the attack plays: one step whose batch holds the image (q = 1, T = 1), at
     the run's sigma and the success criterion's prior (:func:`_step_kappa`). The run's bound averages over Poisson
     sampling across T steps (the image is in a batch with probability 1 - (1-q)^T), so it can lie below what an
     attack on a batch holding the image reaches."""
-    kappa = _step_kappa(r)
-    if kappa is None:
-        return None
+    kappa = _step_kappa(risk, a)
     if kappa >= 1:                  # every random image passed: no prior below certainty, and gamma >= kappa
         return 1.0
-    return accounting.reconstruction_bound(noise_multiplier=r.reconstruction.noise_multiplier, sample_rate=1.0,
+    return accounting.reconstruction_bound(noise_multiplier=risk.noise_multiplier, sample_rate=1.0,
                                            steps=1, kappa=kappa)
 
 
 def _step_cell(r: RunRecord) -> str:
     """The attacked step's bound with the kappa it holds at, and where that kappa came from."""
-    bound, kappa = _step_bound(r), _step_kappa(r)
-    if bound is None:
+    risk, a = r.reconstruction, r.attack
+    if risk is None or a is None:
         return _percent(None)
-    source = "1/N" if kappa == r.reconstruction.kappa else "chance's upper end"
+    bound, kappa = _step_bound(risk, a), _step_kappa(risk, a)
+    source = "1/N" if kappa == risk.kappa else "chance's upper end"
     return f"{_percent(bound)}<br><small>at kappa {kappa:.3g} ({source})</small>"
 
 
@@ -91,8 +88,9 @@ def _interval_text(low: float, high: float) -> str:
     return f"[{round_down(1000 * low) / 10:.1f}%,\u00a0{bound_percent(high, 1)}]"
 
 
-def _attack_cell(r: RunRecord) -> str:
-    a = r.attack
+def _attack_cell(r: RunRecord, a: AttackRecord) -> str:
+    """The attack's success with its interval and criterion, and what it says against chance and the bounds; ``a``:
+    ``r``'s attack."""
     cell = (f"{a.rate:.1%} {_interval_text(a.rate_low, a.rate_high)}<br>"
             f"<small>{a.n_success} of {a.n_trials} images ({a.n_batches} batches of {a.batch_size}) at SSIM "
             f"&ge;\u00a0{_threshold_text(a.threshold)}</small>")
@@ -100,8 +98,7 @@ def _attack_cell(r: RunRecord) -> str:
         cell += "<br><small>not above chance</small>"
     if r.reconstruction is not None and a.rate_low > r.reconstruction.worst_case:
         cell += "<br><small>above the run's bound: compare with the attacked step's bound</small>"
-    step = _step_bound(r)
-    if step is not None and a.rate_low > step:
+    if r.reconstruction is not None and a.rate_low > _step_bound(r.reconstruction, a):
         cell += "<br><small>above the attacked step's bound: contradicts the bound, check the run</small>"
     return cell
 
@@ -136,19 +133,19 @@ def threat_section(inputs: ReportInputs) -> str:
     """Per DP-SGD run with an attack: eps, the worst-case and relaxed bounds of the run, the worst-case bound of the
     attacked step (the image in the batch, one step, at the success criterion's prior), the imprint attack's success
     rate with its interval, the chance rate and the test AUROC; "" where no run was attacked."""
-    runs = [r for r in inputs.records if r.attack is not None]
-    if not runs:
+    attacked = [(r, a) for r in inputs.records if (a := r.attack) is not None]
+    if not attacked:
         return ""
     rows = "".join(
         f"<tr><td>{escape(r.run_id)}</td><td class=eps>{escape(eps_label(r.privacy))}</td>"
         f"<td class=num>{_percent(r.reconstruction.worst_case if r.reconstruction else None)}</td>"
         f"<td class=num>{_percent(r.reconstruction.relaxed if r.reconstruction else None)}</td>"
         f"<td class=num>{_step_cell(r)}</td>"
-        f"<td class=num>{_attack_cell(r)}</td>"
-        f"<td class=num>{r.attack.chance_rate:.1%}</td>"
-        f"<td class=num>{estimate_text(r.estimate('test_auroc'))}</td></tr>" for r in runs)
-    first = runs[0].attack
-    criterion = _criterion_words([r.attack for r in runs])
+        f"<td class=num>{_attack_cell(r, a)}</td>"
+        f"<td class=num>{a.chance_rate:.1%}</td>"
+        f"<td class=num>{estimate_text(r.estimate('test_auroc'))}</td></tr>" for r, a in attacked)
+    first = attacked[0][1]
+    criterion = _criterion_words([a for _, a in attacked])
     table = stacked("<table><tr><th>run</th><th>ε</th><th>worst case (bound, whole run)</th>"
                     "<th>relaxed (bound, whole run)</th>"
                     "<th>worst case (bound, attacked step, at the criterion's prior)</th>"
@@ -181,7 +178,7 @@ def threat_section(inputs: ReportInputs) -> str:
         f"random (about {criterion.one_in} per guess, by the threshold's construction) or with the median validation "
         "image of as many brightness groups (smooth, typical images, which SSIM rewards far more often), whichever "
         "found more over all batches. An attack whose interval reaches down to chance has shown no reconstruction.</p>"
-        f"{table}{no_bound_note(runs, 'the bounds in the table are')}"
+        f"{table}{no_bound_note([r for r, _ in attacked], 'the bounds in the table are')}"
         "<p>What each number covers. The run's bounds are for a record Poisson-sampled at rate q over all T steps "
         "(it is in no batch at all with probability (1-q)^T) and for success as singling it out against the prior "
         "kappa. The attack puts every attacked image into the attacked batch and reads one step, so the bound of its "
