@@ -295,6 +295,7 @@ def attribute_fairness(*, y: np.ndarray, s: np.ndarray, correct: np.ndarray, sel
             for key, value in _group_stats(y, s, correct, selected, m, counts, compared).items():
                 by_group[g].setdefault(key, []).append(value)
     redraws_cat = {g: {k: np.concatenate(v, axis=0) for k, v in d.items()} for g, d in by_group.items()}
+
     # A group's AUROC and accuracy with each jackknife group of units left out [G, 2]: the BCa acceleration
     # (dpmed.evaluation.bootstrap.bca_interval); the percentile interval needs none.
     def jackknifed(m: np.ndarray) -> np.ndarray:

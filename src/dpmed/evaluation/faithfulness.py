@@ -134,8 +134,8 @@ def pointing_game(cams, masks, *, tolerance: float = 0.0) -> np.ndarray:
 
 
 def deletion_insertion(score_fn: Callable[[np.ndarray], np.ndarray], images: np.ndarray, cams: np.ndarray,
-                       targets: Sequence[int] | np.ndarray, *, steps: int = 16, baseline: float = 0.0, batch_size: int = 128,
-                       label: str = "explanations"):
+                       targets: Sequence[int] | np.ndarray, *, steps: int = 16, baseline: float = 0.0,
+                       batch_size: int = 128, label: str = "explanations"):
     """(deletion AUC [N], insertion AUC [N], deletion curve [N, steps+1], insertion curve [N, steps+1]).
 
     Pixels (all channels of a location) are ranked by decreasing CAM (ties by position: a stable sort). At step

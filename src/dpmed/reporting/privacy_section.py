@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 
-from dpmed.mechanisms import claims_beyond
+from dpmed.mechanisms import ReconstructionRecord, claims_beyond
 from dpmed.numbers import delta_number
 from dpmed.records import RunRecord
 from dpmed.reporting.inputs import (ReportInputs, accountant_name, bound_percent, eps_label, escape, facts_table,
@@ -85,8 +85,7 @@ def _states_an_epsilon(card) -> bool:
 
 def _card(r: RunRecord) -> str:
     card = r.privacy
-    facts = [(label, _fact(card, key)) for key, label in _FACTS]
-    facts = [(label, text) for label, text in facts if text is not None]
+    facts = [(label, text) for key, label in _FACTS if (text := _fact(card, key)) is not None]
     if card.mechanism == "none":
         facts = [("ε", "∞ (no protection)")]
     cls = "statement" if card.is_dp else "statement notdp"
@@ -162,18 +161,18 @@ def study_privacy_section(inputs: ReportInputs) -> str:
 
 def reconstruction_risk(inputs: ReportInputs) -> str:
     """Reconstruction and membership-inference bounds per DP-SGD run (METHODS.md s.7), with their assumptions."""
-    runs = [r for r in inputs.records if r.reconstruction is not None]
-    unbounded = _unbounded_runs(inputs.records, alone=not runs)
-    if not runs:
+    bounded = [(r, k) for r in inputs.records if (k := r.reconstruction) is not None]
+    unbounded = _unbounded_runs(inputs.records, alone=not bounded)
+    if not bounded:
         return f'<h2 id="risk">Reconstruction risk</h2>{unbounded}' if unbounded else ""
     rows = "".join(
         f"<tr><td>{escape(r.run_id)}</td><td>{escape(eps_label(r.privacy))}</td>"
-        f"<td class=num>{100 * r.reconstruction.kappa:.3g}%</td>"       # a prior, not a bound: as it is, in percent
-        f"<td class=num>{bound_percent(r.reconstruction.worst_case, 3)}"
-        f"</td><td class=num>{bound_percent(r.reconstruction.relaxed, 3)}</td>"     # upper bounds: rounded up
-        f"<td class=num>{bound_percent(r.reconstruction.tpr_at_fpr.get('0.001'), 2)}</td>"
-        f"<td class=num>{bound_percent(r.reconstruction.tpr_at_fpr.get('0.01'), 2)}</td></tr>" for r in runs)
-    units = {r.reconstruction.unit for r in runs}
+        f"<td class=num>{100 * k.kappa:.3g}%</td>"       # a prior, not a bound: as it is, in percent
+        f"<td class=num>{bound_percent(k.worst_case, 3)}"
+        f"</td><td class=num>{bound_percent(k.relaxed, 3)}</td>"     # upper bounds: rounded up
+        f"<td class=num>{bound_percent(k.tpr_at_fpr.get('0.001'), 2)}</td>"
+        f"<td class=num>{bound_percent(k.tpr_at_fpr.get('0.01'), 2)}</td></tr>" for r, k in bounded)
+    units = {k.unit for _, k in bounded}
     unit = f"{units.pop()}s" if len(units) == 1 else "records"
     return ('<h2 id="risk">Reconstruction risk</h2><p>Upper bounds on the success probability of an informed attacker '
             "reconstructing one training record (an image, or a patient where the card's unit is the patient; worst "
@@ -183,7 +182,7 @@ def reconstruction_risk(inputs: ReportInputs) -> str:
             "trade-off curve.</p>"
             + stacked("<table><tr><th>run</th><th>ε</th><th>prior kappa</th><th>worst case</th><th>relaxed</th>"
                       f"<th>MIA TPR at FPR 0.1%</th><th>MIA TPR at FPR 1%</th></tr>{rows}</table>") +
-            _released_alone(inputs.records) + _not_from_pld(runs) + _risk_assumptions(runs) + unbounded)
+            _released_alone(inputs.records) + _not_from_pld(bounded) + _risk_assumptions(bounded) + unbounded)
 
 
 def _released_alone(records: list[RunRecord]) -> str:
@@ -200,14 +199,13 @@ def _released_alone(records: list[RunRecord]) -> str:
             + ".</p>")
 
 
-def _not_from_pld(runs: list[RunRecord]) -> str:
+def _not_from_pld(bounded: list[tuple[RunRecord, ReconstructionRecord]]) -> str:
     """A sentence naming the runs whose bounds came from RDP's delta rather than the PLD (beyond the steps a PLD
     composes, `dpmed.accounting.reconstruction`): looser upper bounds, which run.json labels ("RDP duality") and
-    the section would otherwise show as if they were PLD's."""
-    rdp = [r.run_id for r in runs
-           if any(via.startswith("RDP duality") for via in (r.reconstruction.worst_case_via,
-                                                             r.reconstruction.relaxed_via,
-                                                             *r.reconstruction.tpr_at_fpr_via.values()))]
+    the section would otherwise show as if they were PLD's. ``bounded``: each run with its bounds."""
+    rdp = [r.run_id for r, k in bounded
+           if any(via.startswith("RDP duality") for via in (k.worst_case_via, k.relaxed_via,
+                                                             *k.tpr_at_fpr_via.values()))]
     if not rdp:
         return ""
     from dpmed.accounting import accountant_info    # the ceiling the accountant applies, not a copy of its number
@@ -225,16 +223,17 @@ def _unbounded_runs(records: list[RunRecord], *, alone: bool = False) -> str:
     return no_bound_note(records, proved)
 
 
-def _risk_assumptions(runs: list[RunRecord]) -> str:
+def _risk_assumptions(bounded: list[tuple[RunRecord, ReconstructionRecord]]) -> str:
     """The assumptions behind the bounds, once per unit of privacy (the target is an image or a patient), each
-    quoted from a named run: the others of that unit differ only in their own kappa, q, T and sigma."""
-    first: dict[str, RunRecord] = {}
-    for r in runs:
-        first.setdefault(r.reconstruction.unit, r)
+    quoted from a named run: the others of that unit differ only in their own kappa, q, T and sigma. ``bounded``:
+    each run with its bounds."""
+    first: dict[str, tuple[RunRecord, ReconstructionRecord]] = {}
+    for r, k in bounded:
+        first.setdefault(k.unit, (r, k))
     if len(first) == 1:
-        r = next(iter(first.values()))
+        r, k = next(iter(first.values()))
         return (f"<p>Assumptions (quoted from {escape(r.run_id)}; each run's kappa, q, T and σ are its own, in its "
-                f"run.json): {escape(r.reconstruction.assumptions)}</p>")
+                f"run.json): {escape(k.assumptions)}</p>")
     return "".join(f"<p>Assumptions with the {unit} as the unit (quoted from {escape(r.run_id)}; each run's kappa, q, "
-                   f"T and σ are its own, in its run.json): {escape(r.reconstruction.assumptions)}</p>"
-                   for unit, r in first.items())
+                   f"T and σ are its own, in its run.json): {escape(k.assumptions)}</p>"
+                   for unit, (r, k) in first.items())
