@@ -52,13 +52,12 @@ def _ghost_calls(model, x, y) -> list:
     multiply-adds as float32 ones (a superset of those it takes now)."""
     seen, use_ghost = [], clipping._Tape._use_ghost
 
-    def spy(tape, index, a, g):
-        ghost = use_ghost(tape, index, a, g)
-        if ghost:
+    def spy(tape, index, ghost, a, g):
+        taken = use_ghost(tape, index, ghost, a, g)
+        if taken:
             layer = tape.layers[index]
-            seen.append((layer, a, g, layer.rule.ghost.cost(layer.module, a, g),
-                         layer.rule.materialised_cost(layer.module, a, g)))
-        return ghost
+            seen.append((layer, a, g, ghost.cost(a, g), layer.rule.materialised_cost(a, g)))
+        return taken
 
     clipping._Tape._use_ghost = spy
     try:
@@ -78,16 +77,16 @@ def _timed(fn) -> float:
 def _layer_rows(calls: list, repeats: int) -> list[dict]:
     rows = []
     for layer, a, g, ghost_cost, mat_cost in calls:
-        m, rule, names = layer.module, layer.rule, layer.names
+        rule, names = layer.rule, layer.names
 
         def ghost():
-            rule.ghost.sq_norms(m, clipping._wide(a), clipping._wide(g), names)
+            rule.ghost.sq_norms(clipping._wide(a), clipping._wide(g), names)
 
         def ghost32():
-            rule.ghost.sq_norms(m, a, g, names)
+            rule.ghost.sq_norms(a, g, names)
 
         def materialised():
-            per_example = rule.per_example(m, a, g, names)
+            per_example = rule.per_example(a, g, names)
             sum(t.reshape(len(g), -1).square().sum(1) for t in per_example.values())
 
         times = {"ghost": [], "ghost32": [], "materialised": []}

@@ -51,6 +51,15 @@ def test_every_registered_layer_type_has_a_case(layer_cases):
     assert {nn.Conv2d, nn.Linear, nn.GroupNorm, nn.LayerNorm, nn.Embedding} <= set(LAYER_RULES)
 
 
+def test_a_rule_binds_only_the_layer_types_it_is_written_for():
+    """Each rule is registered for the layer types it names, and refuses to bind a layer of another type, whose
+    attributes its functions would misread."""
+    for layer_type, rule in LAYER_RULES.items():
+        assert layer_type in rule.layers
+    with pytest.raises(TypeError, match="Conv2d is none of this rule's layer types"):
+        LAYER_RULES[nn.Linear].bind(nn.Conv2d(1, 1, 1))
+
+
 def test_the_benchmarked_models_are_among_those_tested():
     """small_cnn, ResNet-9 and ResNet-18 (GroupNorm) are what the benchmark and the studies train."""
     assert {"small_cnn", "resnet9", "resnet18"} <= set(list_models())

@@ -61,15 +61,16 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from dataclasses import dataclass, field
-from typing import Callable, Iterator
+import operator
+from dataclasses import dataclass, field, replace
+from typing import Callable, Iterable, Iterator
 
 import torch
 from torch import Tensor, nn
 
 from dpmed.errors import PrivacyError
 from dpmed.training.grouping import Grouping
-from dpmed.training.layer_rules import LAYER_RULES, LayerRule
+from dpmed.training.layer_rules import LAYER_RULES, BoundGhost, BoundRule
 from dpmed.training.process_setting import ProcessSetting
 
 __all__ = ["GhostClipper", "clip_factors", "finite_rows", "gradient_sum", "refuse_batch_norm", "ROUTES"]
@@ -133,7 +134,7 @@ def refuse_batch_norm(model: nn.Module) -> None:
 class _Layer:
     name: str
     module: nn.Module
-    rule: LayerRule
+    rule: BoundRule                            # the rule of the layer's type, bound to it
     names: frozenset[str]                      # the layer's trainable parameter names ("weight", "bias")
 
 
@@ -148,12 +149,22 @@ class _Call:
     graphed: bool
 
 
+@dataclass(frozen=True)
+class _Kept:
+    """A layer call's input and output gradient, kept until the clip factors are known, and the ghost route whose
+    ``weighted_sum`` then book-keeps the layer's clipped sum from them."""
+
+    a: Tensor
+    g: Tensor
+    ghost: BoundGhost
+
+
 @dataclass
 class _LayerState:
     """What step 2 leaves per layer: its share of the norms, and (a, g) for the book-kept sum or per-example grads."""
 
     partial: Tensor | None = None
-    kept: tuple[Tensor, Tensor] | None = None
+    kept: _Kept | None = None
     per_example: dict[str, Tensor] = field(default_factory=dict)
 
 
@@ -178,8 +189,9 @@ def _trainable_layers(model: nn.Module) -> list[_Layer]:
                                f"{type(module).__name__} computes {sorted(rule.parameters)} only, so they would get "
                                "a clipped sum of zero and train on noise alone (weight_norm registers weight_g and "
                                "weight_v this way). Freeze them, or remove them from the layer")
-        rule.check(module)
-        layers.append(_Layer(name, module, rule, trainable))
+        bound = rule.bind(module)
+        bound.check()
+        layers.append(_Layer(name, module, bound, trainable))
     return layers
 
 
@@ -266,22 +278,24 @@ class _Tape:
     def _on_output_grad(self, call: _Call, g: Tensor) -> None:
         layer, state = self.layers[call.layer], self.states[call.layer]
         a, call.a = call.a, None
+        if a is None:
+            raise RuntimeError(f"module {layer.name!r}: a second output gradient for one call of it")
         if a._version != call.version:
             raise PrivacyError(f"the input of module {layer.name!r} was modified in place after the layer used it; "
                                "its per-example gradients cannot be recovered. Remove the in-place operation")
-        m, rule = layer.module, layer.rule
+        rule, ghost = layer.rule, layer.rule.ghost
         self.eps = max(self.eps, torch.finfo(g.dtype).eps)
-        if self._use_ghost(call.layer, a, g):
+        if ghost is not None and self._use_ghost(call.layer, ghost, a, g):
             if self.grouping is None:
-                state.partial = rule.ghost.sq_norms(m, _wide(a), _wide(g), layer.names)     # [B], float64
+                state.partial = ghost.sq_norms(_wide(a), _wide(g), layer.names)         # [B], float64
             else:
-                state.partial = self._grouped_ghost_sq_norms(layer, a, g)           # [P]
-            state.kept = (a, g)
+                state.partial = self._grouped_ghost_sq_norms(layer, ghost, self.grouping, a, g)   # [P]
+            state.kept = _Kept(a, g, ghost)
             return
         # Materialised: also the route for a layer called several times (its per-example gradient is the sum over
         # calls) and for L1 norms, which have no ghost form.
-        per_example = rule.per_example(m, a, g, layer.names)                   # {name: [B, *p.shape]}
-        if len(self.calls[call.layer]) == 1 and rule.ghost is not None and not self._small(layer, a, g):
+        per_example = rule.per_example(a, g, layer.names)                      # {name: [B, *p.shape]}
+        if len(self.calls[call.layer]) == 1 and ghost is not None and not self._small(layer, a, g):
             # Keep whichever is smaller until the clip factors are known: here (a, g), and the clipped sum is then
             # book-kept like a ghost layer's (middle layers, where B p exceeds the activations).
             if self.grouping is None:
@@ -290,46 +304,45 @@ class _Tape:
                 state.partial = self._norm_part([self.grouping.sum(t) for t in per_example.values()],
                                                 self.grouping.count)               # [P]
                 self._add_example_parts(self._norm_part(per_example.values(), len(g)))
-            state.kept = (a, g)
+            state.kept = _Kept(a, g, ghost)
             return
         for name, t in per_example.items():
             state.per_example[name] = state.per_example[name] + t if name in state.per_example else t
 
-    def _grouped_ghost_sq_norms(self, layer: _Layer, a: Tensor, g: Tensor) -> Tensor:
+    def _grouped_ghost_sq_norms(self, layer: _Layer, ghost: BoundGhost, grouping: Grouping, a: Tensor,
+                                g: Tensor) -> Tensor:
         """This layer's share of ||sum_{i in G} g_i||^2 per group, [P], at a layer that takes ghost norms: for the
         multi-image groups, ghost dot products of their pairs or their materialised per-example gradients."""
-        grouping, m, rule = self.grouping, layer.module, layer.rule
         sq = g.new_zeros(grouping.count, dtype=torch.float64)
-        if self._pairs_cheaper(layer, a, g):
+        if self._pairs_cheaper(layer, ghost, grouping, a, g):
             # sum_i ||g_i||^2 + 2 sum_{i<j in G} <g_i, g_j>, per group, in float64 as every ghost norm (`_wide`)
             wa, wg = _wide(a), _wide(g)
-            own = rule.ghost.sq_norms(m, wa, wg, layer.names)                                            # [B]
+            own = ghost.sq_norms(wa, wg, layer.names)                                            # [B]
             self._add_example_parts(own)
             sq.index_add_(0, grouping.index, own)
-            dots = rule.ghost.pair_dots(m, wa, wg, layer.names, grouping.pair_left, grouping.pair_right)  # [R]
+            dots = ghost.pair_dots(wa, wg, layer.names, grouping.pair_left, grouping.pair_right)  # [R]
             return sq.index_add_(0, grouping.pair_group, 2 * dots)
         lone = grouping.lone
         if len(lone):
             # [B1]; no bound: no slack for a lone one
-            own = rule.ghost.sq_norms(m, _wide(a[lone]), _wide(g[lone]), layer.names)
+            own = ghost.sq_norms(_wide(a[lone]), _wide(g[lone]), layer.names)
             sq.index_add_(0, grouping.index[lone], own)
-        params = dict(m.named_parameters(recurse=False))
+        params = dict(layer.module.named_parameters(recurse=False))
         elements = sum(params[n].numel() for n in layer.names)
         for rows, local, ids in grouping.shared_chunks(elements):
-            per_example = rule.per_example(m, a[rows], g[rows], layer.names)       # {name: [m, *p.shape]}
+            per_example = layer.rule.per_example(a[rows], g[rows], layer.names)     # {name: [m, *p.shape]}
             self._add_example_parts(self._norm_part(per_example.values(), len(rows)), rows)
             sums = [t.new_zeros(len(ids), *t.shape[1:]).index_add_(0, local, t) for t in per_example.values()]
             sq.index_add_(0, ids, self._norm_part(sums, len(ids)).double())
         return sq
 
-    def _pairs_cheaper(self, layer: _Layer, a: Tensor, g: Tensor) -> bool:
+    def _pairs_cheaper(self, layer: _Layer, ghost: BoundGhost, grouping: Grouping, a: Tensor, g: Tensor) -> bool:
         """Ghost dot products of the pairs within groups, or materialised per-example gradients, for the examples
         of multi-image groups (M examples, R pairs): (M + R) ghost costs against M materialised ones."""
         if self.route != "mixed":
             return self.route == "ghost"
-        m, rule, grouping = layer.module, layer.rule, self.grouping
         shared, pairs = len(grouping.shared), len(grouping.pair_left)
-        return (shared + pairs) * _ghost_cost(rule, m, a, g) < shared * rule.materialised_cost(m, a, g)
+        return (shared + pairs) * _ghost_cost(ghost, a, g) < shared * layer.rule.materialised_cost(a, g)
 
     @staticmethod
     def _small(layer: _Layer, a: Tensor, g: Tensor) -> bool:
@@ -337,52 +350,53 @@ class _Tape:
         params = dict(layer.module.named_parameters(recurse=False))
         return len(g) * sum(params[n].numel() for n in layer.names) <= a.numel() + g.numel()
 
-    def _use_ghost(self, index: int, a: Tensor, g: Tensor) -> bool:
+    def _use_ghost(self, index: int, ghost: BoundGhost, a: Tensor, g: Tensor) -> bool:
         """Ghost norm or materialised per-example gradient for this call (Bu et al. 2022's mixed rule, refined).
 
         If the per-example gradients are small (B p <= |a| + |g|, early layers), materialising them is always
         cheaper: the clipped sum is then a weighted sum of them, while the ghost route still needs a weight-gradient
         pass. Otherwise both routes keep (a, g) and end in that pass, so the cheaper norm decides."""
         layer = self.layers[index]
-        m, rule = layer.module, layer.rule
-        if rule.ghost is None or self.norm_order != 2 or len(self.calls[index]) != 1:
+        if self.norm_order != 2 or len(self.calls[index]) != 1:
             return False
         if self.route != "mixed":
             return self.route == "ghost"
-        return not self._small(layer, a, g) and _ghost_cost(rule, m, a, g) < rule.materialised_cost(m, a, g)
+        return not self._small(layer, a, g) and _ghost_cost(ghost, a, g) < layer.rule.materialised_cost(a, g)
 
-    def _norm_part(self, tensors, batch: int) -> Tensor:
+    def _norm_part(self, tensors: Iterable[Tensor], batch: int) -> Tensor:
         """This layer's share of the per-example norm: sum of squares (L2) or of absolute values (L1), [B]."""
         flat = [t.reshape(batch, -1) for t in tensors]
-        return sum(f.abs().sum(1) if self.norm_order == 1 else f.square().sum(1) for f in flat)
+        return functools.reduce(operator.add, (f.abs().sum(1) if self.norm_order == 1 else f.square().sum(1)
+                                               for f in flat))
 
     def norms(self, batch: int, like: Tensor) -> Tensor:
         """Per-example norms over all parameters, [B]; with groups, norms of the per-group sums, [P]."""
-        if self.grouping is not None:
-            batch = self.grouping.count
+        grouping = self.grouping
+        if grouping is not None:
+            batch = grouping.count
         total = like.new_zeros(batch, dtype=torch.float64)
         for state in self.states:
             if state.partial is not None:
                 total = total + state.partial
             if state.per_example:
-                tensors = state.per_example.values()
-                if self.grouping is not None:
+                tensors: Iterable[Tensor] = state.per_example.values()
+                if grouping is not None:
                     self._add_example_parts(self._norm_part(tensors, self.batch))
-                    tensors = [self.grouping.sum(t) for t in tensors]                   # [P, *p.shape]
+                    tensors = [grouping.sum(t) for t in tensors]                        # [P, *p.shape]
                 total = total + self._norm_part(tensors, batch)
-        if self.grouping is not None:
-            total = self._with_rounding_slack(total)
+        if grouping is not None:
+            total = self._with_rounding_slack(total, grouping)
         return total if self.norm_order == 1 else total.clamp(min=0).sqrt()
 
-    def _with_rounding_slack(self, total: Tensor) -> Tensor:
+    def _with_rounding_slack(self, total: Tensor, grouping: Grouping) -> Tensor:
         """The multi-image groups' norm parts [P] plus GROUP_ROUNDING_SLACK times the square (L1: the value) of
         sum_i ||g_i||, which bounds ||sum_i g_i|| (module docstring: why)."""
         if self.example_parts is None:                  # no layer's gradient arrived: every norm is 0
             return total
         own = self.example_parts.clamp(min=0)                                           # [B]
-        bound = total.new_zeros(self.grouping.count).index_add_(
-            0, self.grouping.index, (own if self.norm_order == 1 else own.sqrt()).to(total.dtype))   # [P]
-        shared = self.grouping.shared_ids
+        bound = total.new_zeros(grouping.count).index_add_(
+            0, grouping.index, (own if self.norm_order == 1 else own.sqrt()).to(total.dtype))   # [P]
+        shared = grouping.shared_ids
         scale = GROUP_ROUNDING_SLACK * self.eps          # the gradients' dtype, whatever the loss's
         slack = scale * (bound if self.norm_order == 1 else bound.square())
         return total.index_add(0, shared, slack[shared])
@@ -396,10 +410,11 @@ class _Tape:
             if keep is not None:
                 state.per_example = {n: finite_rows(t, keep) for n, t in state.per_example.items()}
                 if state.kept is not None:
-                    state.kept = tuple(finite_rows(t, keep) for t in state.kept)
-            if state.kept is not None:
-                a, g = state.kept
-                sums = layer.rule.ghost.weighted_sum(layer.module, a, g, factors.to(g.dtype), layer.names)
+                    state.kept = replace(state.kept, a=finite_rows(state.kept.a, keep),
+                                         g=finite_rows(state.kept.g, keep))
+            kept = state.kept
+            if kept is not None:
+                sums = kept.ghost.weighted_sum(kept.a, kept.g, factors.to(kept.g.dtype), layer.names)
             else:
                 # c^T [B, p] as one matrix-vector product: einsum adds a permute, views and a bmm per call, and on a
                 # GPU each dispatched op costs host time the kernel does not (benchmarks/RESULTS.md, "On a GPU")
@@ -410,10 +425,10 @@ class _Tape:
         return out
 
 
-def _ghost_cost(rule: LayerRule, m: nn.Module, a: Tensor, g: Tensor) -> float:
+def _ghost_cost(ghost: BoundGhost, a: Tensor, g: Tensor) -> float:
     """A ghost norm's (or pair dot product's) cost in float32 multiply-adds, to weigh against the float32
     materialised route: the rule counts multiply-adds, and the ghost ones are float64 (`_wide`)."""
-    return rule.ghost.cost(m, a, g) * _wide_cost(g.device)
+    return ghost.cost(a, g) * _wide_cost(g.device)
 
 
 @functools.cache

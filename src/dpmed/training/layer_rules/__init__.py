@@ -21,9 +21,9 @@ User-level clipping needs the norm of a group's summed gradient, ||sum_{i in G} 
 
 A rule is a frozen info object per layer type (``LAYER_RULES``, below; :mod:`.rule` defines it), one module per
 layer family (:mod:`.linear`, :mod:`.convolution`, :mod:`.standardized`, :mod:`.normalisation`,
-:mod:`.embedding`); the engine has no
-if-ladder over layer names, and the tests iterate the same registry. A layer type without a rule is an error, never
-a silent approximation. Adding a layer type is its rule in its family's module plus one entry here.
+:mod:`.embedding`); the engine has no if-ladder over layer names, and the tests iterate the same registry. A layer
+type without a rule is an error, never a silent approximation. Adding a layer type is its rule in its family's module
+(naming the layer types it is for) plus one entry in ``_RULES`` here.
 
 Shapes: B examples; a: the layer's input; g: the gradient of the layer's output, both batch-first.
 """
@@ -34,22 +34,17 @@ from typing import Mapping
 
 from torch import nn
 
-from dpmed.models.standardized import WSConv2d
 from dpmed.training.layer_rules.convolution import CONVOLUTION
 from dpmed.training.layer_rules.embedding import EMBEDDING
 from dpmed.training.layer_rules.linear import LINEAR
 from dpmed.training.layer_rules.normalisation import GROUP_NORM, LAYER_NORM
-from dpmed.training.layer_rules.rule import GhostRule, LayerRule
+from dpmed.training.layer_rules.rule import BoundGhost, BoundRule, GhostRule, LayerRule, Rule
 from dpmed.training.layer_rules.standardized import WS_CONVOLUTION
 
-__all__ = ["LayerRule", "GhostRule", "LAYER_RULES"]
+__all__ = ["LayerRule", "GhostRule", "Rule", "BoundRule", "BoundGhost", "LAYER_RULES"]
 
-LAYER_RULES: Mapping[type, LayerRule] = {
-    nn.Linear: LINEAR,
-    nn.Conv1d: CONVOLUTION,
-    nn.Conv2d: CONVOLUTION,
-    WSConv2d: WS_CONVOLUTION,          # weight-standardised (dpmed.models.standardized)
-    nn.GroupNorm: GROUP_NORM,
-    nn.LayerNorm: LAYER_NORM,
-    nn.Embedding: EMBEDDING,
-}
+_RULES: tuple[Rule, ...] = (LINEAR, CONVOLUTION, WS_CONVOLUTION, GROUP_NORM, LAYER_NORM, EMBEDDING)
+
+# Each layer type to its rule, by the rules' own ``layers`` (a WSConv2d, though a Conv2d, has its own rule: the
+# engine looks rules up by a layer's exact type).
+LAYER_RULES: Mapping[type[nn.Module], Rule] = {layer: rule for rule in _RULES for layer in rule.layers}

@@ -21,7 +21,10 @@ from torch import Tensor, nn
 from dpmed.errors import PrivacyError
 from dpmed.training.layer_rules.rule import GhostRule, Grads, LayerRule, Names, split_batch
 
-__all__ = ["CONVOLUTION"]
+__all__ = ["CONVOLUTION", "Convolution"]
+
+# The layers this rule covers; a WSConv2d is a Conv2d, so `.standardized`'s rule reuses these functions on it.
+Convolution = nn.Conv1d | nn.Conv2d
 
 
 def _bias_per_example(g: Tensor) -> Tensor:
@@ -38,12 +41,12 @@ class _ConvGeometry:
     groups: int
 
 
-def _conv_2d(m: nn.Module, a: Tensor, g: Tensor) -> tuple[Tensor, Tensor, _ConvGeometry]:
+def _conv_2d(m: Convolution, a: Tensor, g: Tensor) -> tuple[Tensor, Tensor, _ConvGeometry]:
     """(a, g) as 4-d tensors and the geometry of the equivalent 2-d convolution with explicit zero padding.
 
     A string padding ('same', 'valid') or a non-zero padding mode (reflect, replicate, circular) is applied to the
     input here exactly as torch's forward applies it, so the convolution below always has plain zero padding."""
-    padding = m.padding
+    padding: str | tuple[int, ...] = m.padding
     if isinstance(padding, str) or m.padding_mode != "zeros":
         mode = "constant" if m.padding_mode == "zeros" else m.padding_mode
         a = F.pad(a, m._reversed_padding_repeated_twice, mode=mode)
@@ -53,10 +56,16 @@ def _conv_2d(m: nn.Module, a: Tensor, g: Tensor) -> tuple[Tensor, Tensor, _ConvG
         a, g = a.unsqueeze(2), g.unsqueeze(2)
         kernel, stride, dilation = ((1, *v) for v in (kernel, stride, dilation))
         padding = (0, *padding)
-    return a, g, _ConvGeometry(tuple(kernel), tuple(stride), tuple(padding), tuple(dilation), m.groups)
+    return a, g, _ConvGeometry(_pair(kernel), _pair(stride), _pair(padding), _pair(dilation), m.groups)
 
 
-def _conv_dims(m: nn.Module, g: Tensor) -> tuple[int, int, int]:
+def _pair(v: tuple[int, ...]) -> tuple[int, int]:
+    """A 2-d convolution's (height, width) setting; ValueError for any other length."""
+    h, w = v
+    return h, w
+
+
+def _conv_dims(m: Convolution, g: Tensor) -> tuple[int, int, int]:
     """(T, d_in, d_out) per group."""
     positions = math.prod(g.shape[2:])                                          # T, without indexing g
     d_in = m.in_channels // m.groups
@@ -65,7 +74,7 @@ def _conv_dims(m: nn.Module, g: Tensor) -> tuple[int, int, int]:
     return positions, d_in, m.out_channels // m.groups
 
 
-def _conv_check(m: nn.Module) -> None:
+def _conv_check(m: Convolution) -> None:
     if not isinstance(m.padding, str) and m.padding_mode == "zeros":
         return
     if not hasattr(m, "_reversed_padding_repeated_twice"):
@@ -73,7 +82,7 @@ def _conv_check(m: nn.Module) -> None:
                            "torch version does not expose the padding the engine needs to replay; use zero padding")
 
 
-def _padded_pixels(m: nn.Module, a: Tensor) -> int:
+def _padded_pixels(m: Convolution, a: Tensor) -> int:
     """Pixels per channel of the input after the convolution's padding (what the pixel Gram matrix spans)."""
     spatial = a.shape[2:]
     if isinstance(m.padding, str) or m.padding_mode != "zeros":
@@ -87,7 +96,7 @@ def _padded_pixels(m: nn.Module, a: Tensor) -> int:
     return n
 
 
-def _conv_gram_costs(m: nn.Module, a: Tensor, g: Tensor) -> tuple[float, float]:
+def _conv_gram_costs(m: Convolution, a: Tensor, g: Tensor) -> tuple[float, float]:
     """Multiply-adds per example of the input Gram matrix [T, T] by each route: (unfolded patches, pixel Gram)."""
     t, d_in, _ = _conv_dims(m, g)
     kernel = 1
@@ -99,12 +108,12 @@ def _conv_gram_costs(m: nn.Module, a: Tensor, g: Tensor) -> tuple[float, float]:
     return unfolded, by_pixels
 
 
-def _conv_ghost_cost(m: nn.Module, a: Tensor, g: Tensor) -> float:
+def _conv_ghost_cost(m: Convolution, a: Tensor, g: Tensor) -> float:
     t, _, d_out = _conv_dims(m, g)
     return m.groups * (min(_conv_gram_costs(m, a, g)) + t * t * d_out)         # input Gram + output-gradient Gram
 
 
-def _conv_materialised_cost(m: nn.Module, a: Tensor, g: Tensor) -> float:
+def _conv_materialised_cost(m: Convolution, a: Tensor, g: Tensor) -> float:
     """T d_in d_out multiply-adds, plus a fixed per-example overhead of the grouped kernel (~64 positions' worth:
     on CPU it is slow at few output positions and near the plain weight-gradient speed at many; measured in
     benchmarks/RESULTS.md, section "Per-example convolution gradients on CPU"). The cost only picks the route; both
@@ -121,7 +130,7 @@ def _weight_grad(a4: Tensor, g4: Tensor, weight_shape: tuple[int, ...], geo: _Co
         [False, True, False])[1]
 
 
-def _conv_weight_shape_2d(m: nn.Module) -> tuple[int, ...]:
+def _conv_weight_shape_2d(m: Convolution) -> tuple[int, ...]:
     shape = tuple(m.weight.shape)
     return shape if len(shape) == 4 else (shape[0], shape[1], 1, shape[2])
 
@@ -173,15 +182,14 @@ def _patch_gram_by_pixels(a4: Tensor, geo: _ConvGeometry, out_hw: tuple[int, int
     # RESULTS.md, "On a GPU")
     s0, s1, s2, s3, s4, s5 = pix.stride()
     size, strides = (b, geo.groups, ho, wo, ho, wo), (s0, s1, sh * s2, sw * s3, sh * s4, sw * s5)
-    aa = None
-    for i in range(kh):
-        for j in range(kw):
-            block = pix.as_strided(size, strides, pix.storage_offset() + i * dh * (s2 + s4) + j * dw * (s3 + s5))
-            aa = block.clone() if aa is None else aa.add_(block)               # [b, G, H', W', H', W']
+    offsets = [pix.storage_offset() + i * dh * (s2 + s4) + j * dw * (s3 + s5) for i in range(kh) for j in range(kw)]
+    aa = pix.as_strided(size, strides, offsets[0]).clone()                     # [b, G, H', W', H', W']
+    for offset in offsets[1:]:
+        aa.add_(pix.as_strided(size, strides, offset))
     return aa.reshape(b, geo.groups, ho * wo, ho * wo)                          # [b, G, T, T]
 
 
-def _conv_sq_norms(m: nn.Module, a: Tensor, g: Tensor, names: Names) -> Tensor:
+def _conv_sq_norms(m: Convolution, a: Tensor, g: Tensor, names: Names) -> Tensor:
     a4, g4, geo = _conv_2d(m, a, g)
     b, groups = a4.shape[0], geo.groups
     t, d_in, d_out = _conv_dims(m, g)
@@ -192,7 +200,7 @@ def _conv_sq_norms(m: nn.Module, a: Tensor, g: Tensor, names: Names) -> Tensor:
         per_example = groups * ((pixels * pixels if by_pixels < unfolded else d_in * t) + 3 * t * t)
         for s in split_batch(b, per_example, a4.device):
             if by_pixels < unfolded:
-                aa = _patch_gram_by_pixels(a4[s], geo, tuple(g4.shape[2:]))            # [b, G, T, T]
+                aa = _patch_gram_by_pixels(a4[s], geo, (g4.shape[2], g4.shape[3]))     # [b, G, T, T]
             else:
                 aa = _patch_gram_unfolded(a4[s], geo, t)                               # [b, G, T, T]
             gf = g4[s].reshape(aa.shape[0], groups, d_out, t)                           # [b, G, d_out, T]
@@ -203,7 +211,7 @@ def _conv_sq_norms(m: nn.Module, a: Tensor, g: Tensor, names: Names) -> Tensor:
     return sq
 
 
-def _conv_pair_dots(m: nn.Module, a: Tensor, g: Tensor, names: Names, left: Tensor, right: Tensor) -> Tensor:
+def _conv_pair_dots(m: Convolution, a: Tensor, g: Tensor, names: Names, left: Tensor, right: Tensor) -> Tensor:
     a4, g4, geo = _conv_2d(m, a, g)
     groups = geo.groups
     t, d_in, d_out = _conv_dims(m, g)
@@ -216,7 +224,7 @@ def _conv_pair_dots(m: nn.Module, a: Tensor, g: Tensor, names: Names, left: Tens
         for s in split_batch(len(left), per_pair, a4.device):
             l, r = left[s], right[s]
             if by_pixels < unfolded:
-                aa = _patch_gram_by_pixels(a4[l], geo, tuple(g4.shape[2:]), a4[r])    # [n, G, T, T]
+                aa = _patch_gram_by_pixels(a4[l], geo, (g4.shape[2], g4.shape[3]), a4[r])   # [n, G, T, T]
             else:
                 aa = _patch_gram_unfolded(a4[l], geo, t, a4[r])                       # [n, G, T, T]
             gl = g4[l].reshape(len(l), groups, d_out, t)                               # [n, G, d_out, T]
@@ -228,7 +236,7 @@ def _conv_pair_dots(m: nn.Module, a: Tensor, g: Tensor, names: Names, left: Tens
     return dots
 
 
-def _conv_weighted_sum(m: nn.Module, a: Tensor, g: Tensor, c: Tensor, names: Names) -> Grads:
+def _conv_weighted_sum(m: Convolution, a: Tensor, g: Tensor, c: Tensor, names: Names) -> Grads:
     a4, g4, geo = _conv_2d(m, a, g)
     gc = g4 * c.view(-1, 1, 1, 1)                                               # [B, C_out, H', W']
     out: Grads = {}
@@ -272,7 +280,7 @@ def _per_example_kernel(a4: Tensor, geo: _ConvGeometry) -> Callable[..., Tensor]
     return _per_example_unfolded
 
 
-def _conv_per_example(m: nn.Module, a: Tensor, g: Tensor, names: Names) -> Grads:
+def _conv_per_example(m: Convolution, a: Tensor, g: Tensor, names: Names) -> Grads:
     a4, g4, geo = _conv_2d(m, a, g)
     out: Grads = {}
     if "weight" in names:
@@ -283,5 +291,6 @@ def _conv_per_example(m: nn.Module, a: Tensor, g: Tensor, names: Names) -> Grads
     return out
 
 
-CONVOLUTION = LayerRule(_conv_check, _conv_materialised_cost, _conv_per_example,
-                        GhostRule(_conv_ghost_cost, _conv_sq_norms, _conv_weighted_sum, _conv_pair_dots))
+CONVOLUTION: LayerRule[Convolution] = LayerRule(
+    (nn.Conv1d, nn.Conv2d), _conv_check, _conv_materialised_cost, _conv_per_example,
+    GhostRule(_conv_ghost_cost, _conv_sq_norms, _conv_weighted_sum, _conv_pair_dots))

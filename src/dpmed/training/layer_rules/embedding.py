@@ -79,6 +79,6 @@ def _embedding_per_example(m: nn.Embedding, a: Tensor, g: Tensor, names: Names) 
     return {"weight": out.view(b, v, d)}                                        # [B, V, D]
 
 
-EMBEDDING = LayerRule(_embedding_check, _embedding_materialised_cost, _embedding_per_example,
+EMBEDDING = LayerRule((nn.Embedding,), _embedding_check, _embedding_materialised_cost, _embedding_per_example,
                       GhostRule(_embedding_ghost_cost, _embedding_sq_norms, _embedding_weighted_sum,
                                 _embedding_pair_dots), frozenset({"weight"}))

@@ -92,5 +92,5 @@ def _linear_per_example(m: nn.Linear, a: Tensor, g: Tensor, names: Names) -> Gra
     return out
 
 
-LINEAR = LayerRule(accept, _linear_materialised_cost, _linear_per_example,
+LINEAR = LayerRule((nn.Linear,), accept, _linear_materialised_cost, _linear_per_example,
                    GhostRule(_linear_ghost_cost, _linear_sq_norms, _linear_weighted_sum, _linear_pair_dots))

@@ -39,5 +39,5 @@ def _norm_cost(m: nn.Module, a: Tensor, g: Tensor) -> float:
     return a[0].numel() if a.shape[0] else 1
 
 
-GROUP_NORM = LayerRule(accept, _norm_cost, _group_norm_per_example)
-LAYER_NORM = LayerRule(accept, _norm_cost, _layer_norm_per_example)
+GROUP_NORM = LayerRule((nn.GroupNorm,), accept, _norm_cost, _group_norm_per_example)
+LAYER_NORM = LayerRule((nn.LayerNorm,), accept, _norm_cost, _layer_norm_per_example)

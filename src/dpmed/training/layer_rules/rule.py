@@ -7,16 +7,18 @@ Shapes: B examples; a: the layer's input; g: the gradient of the layer's output,
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from functools import partial
+from typing import Callable, Generic, Protocol, TypeVar
 
 import torch
 from torch import Tensor, nn
 
-__all__ = ["Grads", "Names", "GhostRule", "LayerRule", "accept", "split_batch", "CHUNK_ELEMENTS",
-           "GPU_CHUNK_ELEMENTS"]
+__all__ = ["Grads", "Names", "GhostRule", "LayerRule", "Rule", "BoundGhost", "BoundRule", "accept", "split_batch",
+           "CHUNK_ELEMENTS", "GPU_CHUNK_ELEMENTS"]
 
 Grads = dict[str, Tensor]
 Names = frozenset[str]
+M = TypeVar("M", bound=nn.Module)
 
 # Transient memory for one chunk of unfolded patches or Gram matrices: the engine splits the batch so that no
 # intermediate holds more elements than this (2^22 float32 = 16 MiB), which keeps peak memory near a plain step.
@@ -27,7 +29,28 @@ GPU_CHUNK_ELEMENTS = 1 << 26
 
 
 @dataclass(frozen=True)
-class GhostRule:
+class BoundGhost:
+    """A layer's ghost route with the layer bound: `GhostRule`'s functions less their first argument."""
+
+    cost: Callable[[Tensor, Tensor], float]
+    sq_norms: Callable[[Tensor, Tensor, Names], Tensor]
+    weighted_sum: Callable[[Tensor, Tensor, Tensor, Names], Grads]
+    pair_dots: Callable[[Tensor, Tensor, Names, Tensor, Tensor], Tensor]
+
+
+@dataclass(frozen=True)
+class BoundRule:
+    """A layer's rule with the layer bound: `LayerRule`'s functions less their first argument. What the engine
+    holds per layer, whatever the layer's type."""
+
+    check: Callable[[], None]
+    materialised_cost: Callable[[Tensor, Tensor], float]
+    per_example: Callable[[Tensor, Tensor, Names], Grads]
+    ghost: BoundGhost | None
+
+
+@dataclass(frozen=True)
+class GhostRule(Generic[M]):
     """The ghost-norm route of a layer: its cost, the per-example squared norms, and the book-kept clipped sum.
 
     cost(module, a, g) -> multiply-adds per example (and per pair); sq_norms(module, a, g, names) -> [B] (sum over
@@ -36,16 +59,21 @@ class GhostRule:
     the n pairs of example indices (left[k], right[k])).
     """
 
-    cost: Callable[[nn.Module, Tensor, Tensor], float]
-    sq_norms: Callable[[nn.Module, Tensor, Tensor, Names], Tensor]
-    weighted_sum: Callable[[nn.Module, Tensor, Tensor, Tensor, Names], Grads]
-    pair_dots: Callable[[nn.Module, Tensor, Tensor, Names, Tensor, Tensor], Tensor]
+    cost: Callable[[M, Tensor, Tensor], float]
+    sq_norms: Callable[[M, Tensor, Tensor, Names], Tensor]
+    weighted_sum: Callable[[M, Tensor, Tensor, Tensor, Names], Grads]
+    pair_dots: Callable[[M, Tensor, Tensor, Names, Tensor, Tensor], Tensor]
+
+    def bind(self, module: M) -> BoundGhost:
+        return BoundGhost(partial(self.cost, module), partial(self.sq_norms, module),
+                          partial(self.weighted_sum, module), partial(self.pair_dots, module))
 
 
 @dataclass(frozen=True)
-class LayerRule:
+class LayerRule(Generic[M]):
     """How per-example gradients of one layer type come from (input a, output gradient g).
 
+    layers: the layer types the rule is written for (`LAYER_RULES` maps each to it).
     check(module): raises PrivacyError for settings whose per-example gradient this rule does not compute.
     materialised_cost(module, a, g) -> multiply-adds per example of ``per_example``.
     per_example(module, a, g, names) -> {name: [B, *param.shape]} for the named trainable parameters.
@@ -55,11 +83,34 @@ class LayerRule:
     and weight_v, a gain registered on it); the engine refuses them trainable, since no rule gives their gradient.
     """
 
-    check: Callable[[nn.Module], None]
-    materialised_cost: Callable[[nn.Module, Tensor, Tensor], float]
-    per_example: Callable[[nn.Module, Tensor, Tensor, Names], Grads]
-    ghost: GhostRule | None = None
+    layers: tuple[type[M], ...]
+    check: Callable[[M], None]
+    materialised_cost: Callable[[M, Tensor, Tensor], float]
+    per_example: Callable[[M, Tensor, Tensor, Names], Grads]
+    ghost: GhostRule[M] | None = None
     parameters: Names = frozenset({"weight", "bias"})
+
+    def bind(self, module: nn.Module) -> BoundRule:
+        """This rule's functions for ``module``; TypeError if it is none of ``layers`` (its functions read
+        attributes those types have)."""
+        if not isinstance(module, self.layers):
+            raise TypeError(f"{type(module).__name__} is none of this rule's layer types "
+                            f"({', '.join(t.__name__ for t in self.layers)})")
+        return BoundRule(partial(self.check, module), partial(self.materialised_cost, module),
+                         partial(self.per_example, module), None if self.ghost is None else self.ghost.bind(module))
+
+
+class Rule(Protocol):
+    """What the engine reads of a `LayerRule`, whatever the layer type it is written for: a registry holds rules of
+    several types, and only `LayerRule.bind` takes a module, checking its type."""
+
+    @property
+    def layers(self) -> tuple[type[nn.Module], ...]: ...
+
+    @property
+    def parameters(self) -> Names: ...
+
+    def bind(self, module: nn.Module) -> BoundRule: ...
 
 
 def accept(_module: nn.Module) -> None:

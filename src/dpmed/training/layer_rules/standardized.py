@@ -79,33 +79,37 @@ def _ws_ghost_cost(m: WSConv2d, a: Tensor, g: Tensor) -> float:
 def _functionals(m: WSConv2d, a4: Tensor, g4: Tensor, geo: _ConvGeometry, w_hat: Tensor) -> tuple[Tensor, Tensor]:
     """(1.g, k = w_hat.g / n) per example and output channel, [B, C_out] each, g = grad_i w_hat[c]."""
     groups, n = geo.groups, w_hat.shape[1]
-    conv = dict(stride=geo.stride, padding=geo.padding, dilation=geo.dilation, groups=groups)
+
+    def conv(w: Tensor) -> Tensor:
+        return F.conv2d(a4, w, stride=geo.stride, padding=geo.padding, dilation=geo.dilation, groups=groups)
+
     ones = a4.new_ones(groups, a4.shape[1] // groups, *geo.kernel)
-    sums = F.conv2d(a4, ones, **conv)                                           # [B, G, H', W']: patch sums
+    sums = conv(ones)                                                           # [B, G, H', W']: patch sums
     b, c_out = g4.shape[:2]
     gf = g4.reshape(b, groups, c_out // groups, -1)                             # [B, G, d_out, T]
     one = (gf * sums.reshape(b, groups, 1, -1)).sum(-1).reshape(b, c_out)       # [B, C_out]
-    z = F.conv2d(a4, w_hat.view(c_out, -1, *geo.kernel), **conv)                # [B, C_out, H', W']
+    z = conv(w_hat.view(c_out, -1, *geo.kernel))                                # [B, C_out, H', W']
     k = (g4 * z).sum((2, 3)) / n                                                # [B, C_out]
     return one, k
 
 
 def _channel_dots(m: WSConv2d, a: Tensor, g: Tensor, a4: Tensor, g4: Tensor, geo: _ConvGeometry,
-                  left: Tensor | None = None, right: Tensor | None = None) -> Tensor:
-    """<grad_l w_hat[c], grad_r w_hat[c]> per channel, [n, C_out]: the convolution's ghost norm (left None) or a
-    pair's ghost dot product, kept per output channel (g_l,c^T AA g_r,c, AA the patch Gram matrix)."""
+                  pairs: tuple[Tensor, Tensor] | None = None) -> Tensor:
+    """<grad_l w_hat[c], grad_r w_hat[c]> per channel, [n, C_out]: the convolution's ghost norm (pairs None) or the
+    ghost dot products of the pairs (left [n], right [n]), kept per output channel (g_l,c^T AA g_r,c, AA the patch
+    Gram matrix)."""
     groups = geo.groups
     t, d_in, d_out = _conv_dims(m, g)
     unfolded, by_pixels = _conv_gram_costs(m, a, g)
     pixels = (a4.shape[2] + 2 * geo.padding[0]) * (a4.shape[3] + 2 * geo.padding[1])
-    count = a4.shape[0] if left is None else len(left)
+    count = a4.shape[0] if pairs is None else len(pairs[0])
     per_example = groups * ((pixels * pixels if by_pixels < unfolded else 2 * d_in * t) + 3 * t * t)
     out = a4.new_zeros(count, groups, d_out)
     for s in split_batch(count, per_example, a4.device):
-        l, r = (s, s) if left is None else (left[s], right[s])
-        other = None if left is None else a4[r]
+        l, r = (s, s) if pairs is None else (pairs[0][s], pairs[1][s])
+        other = None if pairs is None else a4[r]
         if by_pixels < unfolded:
-            aa = _patch_gram_by_pixels(a4[l], geo, tuple(g4.shape[2:]), other)          # [b, G, T, T]
+            aa = _patch_gram_by_pixels(a4[l], geo, (g4.shape[2], g4.shape[3]), other)    # [b, G, T, T]
         else:
             aa = _patch_gram_unfolded(a4[l], geo, t, other)                             # [b, G, T, T]
         gl = g4[l].reshape(aa.shape[0], groups, d_out, t)                               # [b, G, d_out, T]
@@ -140,7 +144,7 @@ def _ws_pair_dots(m: WSConv2d, a: Tensor, g: Tensor, names: Names, left: Tensor,
     if "weight" in names:
         w_hat, s = _kernel(m, a4)
         one, k = _functionals(m, a4, g4, geo, w_hat)
-        channel = _channel_dots(m, a, g, a4, g4, geo, left, right)
+        channel = _channel_dots(m, a, g, a4, g4, geo, (left, right))
         dots = dots + _projected(channel, one[left], one[right], k[left], k[right], w_hat, s)
     if "bias" in names:
         gb = _bias_per_example(g4)  # [B, C_out]
@@ -148,5 +152,5 @@ def _ws_pair_dots(m: WSConv2d, a: Tensor, g: Tensor, names: Names, left: Tensor,
     return dots
 
 
-WS_CONVOLUTION = LayerRule(_conv_check, _ws_materialised_cost, _ws_per_example,
+WS_CONVOLUTION = LayerRule((WSConv2d,), _conv_check, _ws_materialised_cost, _ws_per_example,
                            GhostRule(_ws_ghost_cost, _ws_sq_norms, _ws_weighted_sum, _ws_pair_dots))
