@@ -66,11 +66,11 @@ class Grouping:
         local[shared_ids] = torch.arange(len(shared_ids))
         lone = torch.nonzero(~in_shared).squeeze(1)
         shared_sizes = tuple(sizes[shared_ids].tolist())
-        pairs, start = [], 0
+        blocks, start = [], 0
         for k in shared_sizes:
-            pairs.append(shared[start + torch.triu_indices(k, k, 1)])                 # [2, k (k - 1) / 2]
+            blocks.append(shared[start + torch.triu_indices(k, k, 1)])                # [2, k (k - 1) / 2]
             start += k
-        pairs = torch.cat(pairs, 1) if pairs else torch.zeros(2, 0, dtype=torch.int64)
+        pairs = torch.cat(blocks, 1) if blocks else torch.zeros(2, 0, dtype=torch.int64)
         return cls(index.to(device), count, lone.to(device), shared.to(device), local[index[shared]].to(device),
                    shared_ids.to(device), shared_sizes, pairs[0].to(device), pairs[1].to(device),
                    index[pairs[0]].to(device))
