@@ -148,6 +148,24 @@ def test_the_samplers_shares_add_to_the_studys_delta_or_come_out_of_the_budgets(
     assert privacy.dp_sgd_epsilon > accounting.ledger_epsilon(ledger, delta=1e-5, accountant="rdp")
 
 
+@pytest.mark.parametrize("accountant", ["pld", "rdp"])
+def test_a_budget_whose_delta_the_samplers_shares_use_up_exactly_is_refused_for_them(write_study, accountant):
+    """The runs compose at the budget's delta less the samplers' shares. Where the shares are all of it, that is
+    delta 0, at which no accountant certifies anything: the refusal says the samplers spent the budget's delta, not
+    that the accountant failed at a delta 0 the user never gave, nor that another accountant would do."""
+    text = BUDGET.replace("target_epsilon: 8}]", "noise_multiplier: 0.15, accountant: rdp}]")
+    free = load_study(write_study(text.replace("privacy_budget: {epsilon: 10, delta: 1e-5}\n", "")))
+    shares = sum(p.privacy.sampler_delta for p in _plans(free))
+    study = load_study(write_study(text.replace(
+        "{epsilon: 10, delta: 1e-5}", f"{{epsilon: 1.0e+6, delta: {shares!r}, accountant: {accountant}}}")))
+    assert study.privacy_budget.delta == shares
+    privacy = _privacy(study)
+    assert privacy.dp_sgd_epsilon is None
+    with pytest.raises(PrivacyError, match="noise samplers, whose draws are bounded, already cost") as refused:
+        check_budget(study.privacy_budget, privacy)
+    assert "could not certify" not in str(refused.value) and "privacy_budget.accountant" not in str(refused.value)
+
+
 def test_without_a_budget_the_study_takes_the_largest_delta_and_rdp_if_any_run_needs_it(write_study):
     """The docstring's two rules: the runs' largest delta (the weakest claim among them), and RDP as soon as one run
     was certified with RDP (PLD might not certify the composition)."""
