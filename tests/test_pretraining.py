@@ -23,7 +23,7 @@ from dpmed.data import ImageSet, make_phantom
 from dpmed.errors import ConfigError, DataError
 from dpmed.folders import StudyFolder
 from dpmed.models import build_model
-from dpmed.models.weights import file_sha256
+from dpmed.folders import file_sha256
 from dpmed.pretraining import prepare_start, pretrain_folder
 from dpmed.run import start_model
 

@@ -455,7 +455,7 @@ def test_a_run_s_staged_files_are_its_owners_alone_until_released_then_as_the_um
 
 
 def test_starting_weights_must_be_the_file_the_study_recorded_and_load_as_it_counted(tmp_path):
-    from dpmed.models.weights import file_sha256
+    from dpmed.folders import file_sha256
 
     torch.manual_seed(0)
     saved = build_model("small_cnn", in_channels=1, num_outputs=2, image_size=16)

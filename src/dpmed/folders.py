@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import io
 import json
 import logging
@@ -37,7 +38,7 @@ from dpmed.errors import FolderError, error_name
 
 __all__ = ["StudyFolder", "RunFolder", "open_owner_only", "write_atomic", "write_arrays_atomic",
            "read_arrays", "write_json_atomic", "write_text_atomic", "write_torch_atomic", "temporary_beside",
-           "file_in_the_way", "link_to_nothing", "refuse_link", "RELEASE_TIME", "RETRAIN_NOTE"]
+           "file_in_the_way", "link_to_nothing", "refuse_link", "file_sha256", "RELEASE_TIME", "RETRAIN_NOTE"]
 
 # Told wherever dpmed advises deleting runs or using another --out: the new folder draws its own DP count of the
 # training set and its runs are new releases of the same patients, which no folder composes with the old ones.
@@ -102,6 +103,17 @@ def temporary_beside(path: Path) -> Path:
     writer deletes it when the write fails; one killed meanwhile leaves it (`dpmed.workspace.stale_temporaries`,
     which reads the host after the "@", a character no host name holds)."""
     return path.with_name(f".{path.name}.{os.getpid()}@{socket.gethostname()}.tmp")
+
+
+def file_sha256(path: Path) -> str:
+    """The sha256 of a file's bytes: the record names the starting weights by it, and `dpmed status` hashes
+    model.weights with it to tell whether a run started from the file's contents now (here, not beside the loading of
+    weights, so that status imports no torch)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def write_atomic(path: Path, write: Callable[[IO[bytes]], object], *, owner_only: bool = False) -> None:

@@ -49,11 +49,10 @@ from dpmed.data.overlap import Overlap, refuse_overlap
 from dpmed.errors import ConfigError
 from dpmed.evaluation.inference import predict
 from dpmed.evaluation.utility import auroc
-from dpmed.folders import RETRAIN_NOTE, StudyFolder, write_torch_atomic
+from dpmed.folders import RETRAIN_NOTE, StudyFolder, file_sha256, write_torch_atomic
 from dpmed.mechanisms import length_text, training_steps
 from dpmed.models import MODELS, build_model
-from dpmed.models.weights import (file_sha256, hash_weights, load_weights, match_head, read_state_dict,
-                                  set_trainable)
+from dpmed.models.weights import hash_weights, load_weights, match_head, read_state_dict, set_trainable
 from dpmed.records import PretrainRecord, StartRecord, read_pretrain_record, read_record
 from dpmed.training import resolve_device, run_threads, torch_threads, train
 

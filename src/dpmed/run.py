@@ -38,11 +38,11 @@ from dpmed.evaluation.inference import predict_logits
 from dpmed.evaluation.predictions import save_predictions
 from dpmed.evaluation.proportions import clopper_pearson
 from dpmed.evaluation.version import EVALUATION_VERSION
-from dpmed.folders import (RETRAIN_NOTE, RunFolder, write_arrays_atomic, write_atomic, write_json_atomic,
+from dpmed.folders import (RETRAIN_NOTE, RunFolder, file_sha256, write_arrays_atomic, write_atomic, write_json_atomic,
                            write_torch_atomic)
 from dpmed.mechanisms import DpSgdPlan, PrivacyCard, mechanism_info
 from dpmed.models import MODELS, build_model
-from dpmed.models.weights import file_sha256, load_weights, read_state_dict, set_trainable
+from dpmed.models.weights import load_weights, read_state_dict, set_trainable
 from dpmed.numbers import epsilon_text, number_text
 from dpmed.provenance import versions
 from dpmed.randomness import PrivacyRandomness, RandomnessMode, SavedKey, public_seed, saved_key

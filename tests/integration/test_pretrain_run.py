@@ -11,7 +11,7 @@ import torch
 
 from dpmed.cli import main
 from dpmed.folders import StudyFolder
-from dpmed.models.weights import file_sha256
+from dpmed.folders import file_sha256
 from dpmed.outputs import rebuild_outputs
 from dpmed.records import read_record
 from dpmed.reporting.inputs import ReportInputs

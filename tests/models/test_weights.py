@@ -15,7 +15,8 @@ from torch import nn
 
 from dpmed.errors import ConfigError
 from dpmed.models import MODELS, build_model, list_models
-from dpmed.models.weights import file_sha256, load_weights, match_head, read_state_dict, set_trainable
+from dpmed.folders import file_sha256
+from dpmed.models.weights import load_weights, match_head, read_state_dict, set_trainable
 from dpmed.training import DpSgdStep
 
 

@@ -41,7 +41,6 @@ parameters. Fewer noised coordinates is the point: the noise norm grows with sqr
 
 from __future__ import annotations
 
-import hashlib
 import pickle
 import re
 import warnings
@@ -53,9 +52,10 @@ import torch
 from torch import Tensor, nn
 
 from dpmed.errors import ConfigError
+from dpmed.folders import file_sha256
 
 __all__ = ["LoadedWeights", "HeadMatch", "match_head", "read_state_dict", "load_weights", "set_trainable",
-           "last_blocks_problem", "frozen_at_random", "file_sha256", "hash_weights", "TRAINABLE_ALL", "TRAINABLE_HEAD",
+           "last_blocks_problem", "frozen_at_random", "hash_weights", "TRAINABLE_ALL", "TRAINABLE_HEAD",
            "BATCH_NORM_STATISTICS"]
 
 TRAINABLE_ALL = "all"
@@ -106,15 +106,6 @@ def match_head(file_names: Sequence[str], model_names: Sequence[str]) -> HeadMat
     if sorted({n.casefold() for n in file_names}) == sorted({n.casefold() for n in model_names}):
         return HeadMatch(None, f"{other}: the names match only ignoring letter case, and not one to one")
     return HeadMatch(None, other)
-
-
-def file_sha256(path: Path) -> str:
-    """The sha256 of a file's bytes (the record names the weights by it)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _unreadable(exc: OSError, path: Path, key: str) -> str:
