@@ -88,6 +88,24 @@ def test_finished_runs_from_random_weights_are_refused_when_the_study_now_starts
         prepare_start(study, private, folder)
 
 
+def test_finished_runs_from_other_contents_of_the_same_weights_file_are_refused_naming_that(private, tmp_path,
+                                                                                              make_record):
+    """Other bytes at the same path: the refusal named the finished runs' start as the study's own ("started from
+    w.pt, trained all" twice); it says the file's contents differ, with the sha256 the runs started from."""
+    weights = tmp_path / "model.pt"
+    torch.save(build_model("small_cnn", in_channels=1, num_outputs=2, image_size=16, seed=1).state_dict(), weights)
+    study = _study(model={"name": "small_cnn", "weights": str(weights), "weights_source": "the phantom"})
+    folder = StudyFolder(tmp_path / "out")
+    start = prepare_start(study, private, folder)
+    folder.run("base_seed0").public.mkdir(parents=True)
+    make_record("base_seed0", "base").model_copy(update={"start": start}).write(folder.run("base_seed0").record)
+    assert prepare_start(study, private, folder) == start
+    torch.save(build_model("small_cnn", in_channels=1, num_outputs=2, image_size=16, seed=2).state_dict(), weights)
+    with pytest.raises(ConfigError, match=re.escape(f"base_seed0 (started from {weights}, trained all, sha256 "
+                                                    f"{start.sha256}: other contents than the file holds now)")):
+        prepare_start(study, private, folder)
+
+
 def test_saved_weights_start_every_arm_with_their_hash_and_what_trains(private, tmp_path):
     weights = tmp_path / "model.pt"
     torch.save(build_model("small_cnn", in_channels=1, num_outputs=2, image_size=16).state_dict(), weights)

@@ -294,12 +294,17 @@ def _start_text(start: StartRecord | None) -> str:
 
 
 def _refuse_clashes(folder: StudyFolder, same: Callable[[StartRecord | None], bool], now: str) -> None:
-    """ConfigError naming the finished runs in ``folder`` whose start ``same`` rejects (``now``: this study's)."""
+    """ConfigError naming the finished runs in ``folder`` whose start ``same`` rejects (``now``: this study's). One
+    told as ``now`` is (the same file, trained alike) started from other contents of it: said so, as `dpmed status`
+    says it, or the message named the same start twice."""
     clashes = []
     for run_id in folder.finished_run_ids():
         before = read_record(folder.run(run_id).record).start
         if not same(before):
-            clashes.append(f"{run_id} (started from {_start_text(before)})")
+            told = _start_text(before)
+            if told == now and before is not None and before.sha256 is not None:
+                told += f", sha256 {before.sha256}: other contents than the file holds now"
+            clashes.append(f"{run_id} (started from {told})")
     if clashes:
         raise ConfigError(f"{len(clashes)} finished run(s) in {folder.root} started from other weights than this "
                           f"study now does ({now}): {'; '.join(clashes[:4])}; use another output folder (--out), or "
