@@ -290,14 +290,19 @@ def test_a_damaged_key_file_lets_the_attempt_start_afresh_not_fail(tmp_path):
     key = PrivacyRandomness.secure()
     path = tmp_path / "privacy_key.json"
     path.write_text(json.dumps({"root": key.root_hex(), "attempt": "a1" * 32}))
-    randomness, attempt, settings = saved_key(path, "secure")
-    assert randomness.root == key.root and randomness.mode == "secure" and attempt == "a1" * 32 and settings is None
+    randomness, attempt, settings, weights = saved_key(path, "secure")
+    assert randomness.root == key.root and randomness.mode == "secure" and attempt == "a1" * 32
+    assert settings is None and weights is None
     path.write_text(json.dumps({"root": key.root_hex(), "attempt": "a1"}))     # no fingerprint: serves no attempt
-    assert saved_key(path, "secure")[1:] == (None, None) and saved_key(path, "secure")[0].root == key.root
+    assert saved_key(path, "secure")[1:] == (None, None, None) and saved_key(path, "secure")[0].root == key.root
+    # the sha256 of model.weights, read where it is one: status compares it with the file's now
+    for kept, read in (("c3" * 32, "c3" * 32), ("C3" * 32, None), ("c3" * 31, None), (7, None)):
+        path.write_text(json.dumps({"root": key.root_hex(), "attempt": "a1" * 32, "weights": kept}))
+        assert saved_key(path, "secure").weights == read
     # a format no dpmed writes: `dpmed run` matches "3:<hash>" as text, so "03:<hash>" serves no attempt of format 3,
     # where status read it as one and said the run continues
     path.write_text(json.dumps({"root": key.root_hex(), "attempt": f"03:{'a1' * 32}", "settings": f"03:{'b2' * 32}"}))
-    assert saved_key(path, "secure")[1:] == (None, None)
+    assert saved_key(path, "secure")[1:] == (None, None, None)
     for damaged in ({"root": "zz" + key.root_hex()[2:], "attempt": "a1"},
                     {"root": key.root_hex()[:-2], "attempt": "a1"}, {"root": key.root_hex()}, [key.root_hex()], "x"):
         path.write_text(json.dumps(damaged))

@@ -17,13 +17,13 @@ import torch
 
 from dpmed.config import load_study, plan_runs
 from dpmed.errors import ConfigError
-from dpmed.folders import StudyFolder
+from dpmed.folders import StudyFolder, file_sha256
 from dpmed.mechanisms import MECHANISMS, PlanContext, mechanism_info
 from dpmed.models import build_model
 from dpmed.randomness import PrivacyRandomness
 from dpmed.records import PretrainRecord, StartRecord
 from dpmed.run import ATTEMPT_FORMAT, RunContext, _attempt, _privacy_randomness, _training_set, start_model
-from dpmed.states import _checkpoint_detail
+from dpmed.states import _checkpoint_detail, _start_of
 from dpmed.study import load_study_data, plan_study
 
 STUDY = ("name: s\ndata: {source: phantom, n_images: 120, image_size: 16}\nseeds: [3]\n"
@@ -810,8 +810,10 @@ def test_status_tells_of_every_key_file_what_the_next_run_does_with_its_checkpoi
         key.update({} if attempt is _MISSING else {"attempt": attempt(fingerprints)})
         key.update({} if kept is _MISSING else {"settings": settings[kept]})
         folder.privacy_key.write_text(json.dumps(key))
-    detail, progress = _checkpoint_detail(folder.checkpoint, folder.privacy_key, "secure", plan.fingerprint(study))
-    conditions = {"afresh": None, "if data": "if its training data and starting weights are unchanged",
+    detail, progress = _checkpoint_detail(folder.checkpoint, folder.privacy_key, "secure", plan.fingerprint(study),
+                                          _start_of(study))
+    # the study names no weights file: where the settings are told the same, so is the start
+    conditions = {"afresh": None, "if data": "if its training data are unchanged",
                   "if settings": "if its settings, training data and starting weights are unchanged",
                   "if older": ("if its settings, training data and starting weights are unchanged and the older "
                                "dpmed that made it fingerprinted the run as this one does")}
@@ -824,3 +826,50 @@ def test_status_tells_of_every_key_file_what_the_next_run_does_with_its_checkpoi
         assert progress == (5, 20)  # `dpmed plan` estimates the 15 steps after it
     _privacy_randomness(plan, context, folder)
     assert folder.checkpoint.exists() == continues
+
+
+@pytest.mark.parametrize("kept", [True, False])
+@pytest.mark.parametrize("changed", [False, True])
+def test_status_tells_a_checkpoint_started_from_other_contents_of_model_weights_as_the_run_treats_it(
+        prepared, tmp_path, caplog, changed, kept):
+    """Other bytes in the model.weights file at the same path: `dpmed run` deletes the checkpoint and trains afresh
+    (the attempt's fingerprint covers the start's sha256), while `dpmed status`, which hashed no weights, said it
+    "continues ... if its training data and starting weights are unchanged". The key file now keeps the sha256 of
+    the file the attempt started from, and status, hashing the file (no image), tells the run trained afresh, or that
+    it continues on the training data alone; under a key file that keeps no hash (an older dpmed's), the weights stay
+    a condition, which a changed file fails."""
+    study, dataset, plans = prepared
+    plan = plans["lap"]
+    weights = tmp_path / "w.pt"
+    weights.write_bytes(b"the weights the attempt started from")
+    study = study.model_copy(update={"model": study.model.model_copy(update={"weights": weights,
+                                                                             "weights_source": "a test"})})
+
+    def context() -> RunContext:       # as `dpmed.pretraining.prepare_start` records the file each time
+        start = StartRecord(weights=str(weights), sha256=file_sha256(weights), n_trainable=1, n_frozen=0)
+        return RunContext(dataset=dataset, evaluation=study.evaluation, study=study, start=start)
+
+    folder = StudyFolder(tmp_path / "s").run(plan.run_id)
+    folder.make()
+    _privacy_randomness(plan, context(), folder)      # the attempt's key file, as `dpmed run` writes it
+    torch.save({"progress": {"steps": 5, "of": 20}}, folder.checkpoint)
+    key = json.loads(folder.privacy_key.read_text())
+    assert key["weights"] == file_sha256(weights)
+    if not kept:
+        folder.privacy_key.write_text(json.dumps({k: v for k, v in key.items() if k != "weights"}))
+    if changed:
+        weights.write_bytes(b"other weights at the same path")
+    detail, progress = _checkpoint_detail(folder.checkpoint, folder.privacy_key, "secure", plan.fingerprint(study),
+                                          _start_of(study))
+    if changed and kept:
+        assert detail == (f"cannot continue: started from other contents of model.weights ({weights}) than the file "
+                          "holds now; the next `dpmed run` deletes the checkpoint and trains this run afresh under a "
+                          "new key") and progress is None
+    else:
+        told = "training data are" if kept else "training data and starting weights are"
+        assert detail == f"continues from its checkpoint at step 5 of 20 (saved under a minute ago) if its {told} " \
+                         "unchanged"
+    with caplog.at_level("INFO", logger="dpmed.run"):
+        _privacy_randomness(plan, context(), folder)
+    assert folder.checkpoint.exists() == (not changed)
+    assert ("started from other contents of the model.weights file" in caplog.text) == (changed and kept)

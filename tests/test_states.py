@@ -12,11 +12,12 @@ import torch
 import yaml
 
 from dpmed.accounting import Ledger, dp_sgd_event
-from dpmed.config import ATTEMPT_FORMAT
+from dpmed.config import ATTEMPT_FORMAT, Study
 from dpmed.config.data_section import NormalizeConfig
 from dpmed.errors import ConfigError
-from dpmed.folders import StudyFolder
+from dpmed.folders import StudyFolder, file_sha256
 from dpmed.randomness import PrivacyRandomness
+from dpmed.records import PretrainRecord, StartRecord
 import dpmed.states
 from dpmed.states import counts_shown, read_resolved, run_states
 
@@ -323,9 +324,9 @@ def test_a_checkpoint_made_with_other_settings_than_study_yaml_s_is_told_as_trai
     if settings in _OTHER_STUDY:
         assert detail == ("cannot continue: made with other settings than study.yaml's now; the next `dpmed run` "
                           "deletes the checkpoint and trains this run afresh under a new key")
-    elif settings == "the same":
+    elif settings == "the same":     # the study names no weights file: its settings tell the start
         assert detail == ("continues from its checkpoint at step 5 of 20 (saved under a minute ago) if its training "
-                          "data and starting weights are unchanged")
+                          "data are unchanged")
     else:
         assert detail == ("continues from its checkpoint at step 5 of 20 (saved under a minute ago) if its settings, "
                           "training data and starting weights are unchanged")
@@ -444,3 +445,80 @@ def test_a_key_file_that_cannot_be_read_leaves_the_run_unknown_not_trained_afres
     monkeypatch.setattr(pathlib.Path, "read_text", denied)
     [(_, state, detail)] = run_states(folder.root)
     assert state == "unknown" and f"(Permission denied: {files.privacy_key})" in detail
+
+
+def _with_weights(folder: StudyFolder, weights, *, pretrain: bool = False) -> None:
+    """Rewrite the folder's study.yaml as that of a study whose arms start from the file ``weights``, directly or
+    through public pretraining started from it."""
+    resolved = read_resolved(folder.root)
+    study = resolved.study.model_copy(update={
+        "model": resolved.study.model.model_copy(update={"weights": weights, "weights_source": "a test"}),
+        "pretrain": None if not pretrain else Study.model_validate({
+            "name": "p", "arms": [{"name": "a", "mechanism": "none"}],
+            "pretrain": {"public": "another phantom", "data": {"source": "phantom"}}}).pretrain})
+    folder.resolved_study.write_text(yaml.safe_dump(resolved.model_copy(update={"study": study}).model_dump(
+        mode="json"), sort_keys=False))
+
+
+def _start(weights, *, pretrain: bool = False) -> StartRecord:
+    """The start `dpmed.pretraining.prepare_start` records for model.weights ``weights`` as they are now."""
+    sha = file_sha256(weights)
+    if not pretrain:
+        return StartRecord(weights=str(weights), sha256=sha, trained_on="a test", n_trainable=1, n_frozen=0)
+    record = PretrainRecord(dataset="phantom", task="binary", public="another phantom", n_train=1, n_val=1, n_test=1,
+                            image_shape=(1, 8, 8), model="small_cnn", training={}, seed=0, steps=1, seconds=1.0,
+                            key="k", weights="pre.pt", sha256="1" * 64, near_duplicate_bits=30, start_weights=sha)
+    return StartRecord(weights="pre.pt", sha256="1" * 64, trained_on="public", n_trainable=1, n_frozen=0,
+                       pretraining=record)
+
+
+@pytest.mark.parametrize("pretrain", [False, True])
+def test_a_finished_run_started_from_other_contents_of_model_weights_is_told_refused(study_folder, tmp_path,
+                                                                                      pretrain):
+    """Other bytes in the model.weights file at the same path: `dpmed run` refuses the study (its finished runs
+    started from other weights, `dpmed.pretraining.refuse_other_starts`; with public pretraining, from weights
+    pretrained from other ones), while status listed them as plainly finished. It hashes the file (no image) and says
+    so of each, the study file's and one it no longer lists alike (`dpmed run` checks every finished run); a file it
+    cannot read now is no change it can tell."""
+    folder, records = study_folder("a_seed0")
+    weights = tmp_path / "w.pt"
+    weights.write_bytes(b"the weights the runs started from")
+    _with_weights(folder, weights, pretrain=pretrain)
+    start = _start(weights, pretrain=pretrain)
+    for run_id in ("a_seed0", "z_seed9"):
+        files = folder.run(run_id)
+        files.make()
+        records["a_seed0"].model_copy(update={"run_id": run_id, "start": start}).write(files.record)
+    assert [detail for _, _, detail in run_states(folder.root)] == [
+        "", "not in the study file now, but in this folder: the study's eps still counts it"]
+    weights.write_bytes(b"other weights at the same path")
+    changed = (f"started from other contents of model.weights ({weights}) than the file holds now: the next `dpmed "
+               "run` refuses the study; restore the file, use another output folder (--out), or delete this run to "
+               "retrain it")
+    assert run_states(folder.root) == [
+        ("a_seed0", "finished", changed),
+        ("z_seed9", "finished", f"not in the study file now, but in this folder: the study's eps still counts it; "
+                                f"{changed}")]
+    weights.unlink()
+    assert [detail for _, _, detail in run_states(folder.root)][0] == ""
+
+
+def test_an_interrupted_run_after_public_pretraining_keeps_its_starting_weights_a_condition(study_folder, tmp_path):
+    """The pretrained weights are those of the public images, which status does not read: where the model.weights
+    file pretraining started from is unchanged, the starting weights stay a condition; where it changed, the run
+    trains afresh (the pretraining, and so the start, is another)."""
+    folder, _ = study_folder("a_seed0")
+    weights = tmp_path / "w.pt"
+    weights.write_bytes(b"the weights pretraining started from")
+    _with_weights(folder, weights, pretrain=True)
+    files = folder.run("a_seed0")
+    _dp_checkpoint(files.checkpoint, 5)
+    plan, study = read_resolved(folder.root).runs[0], read_resolved(folder.root).study
+    files.privacy_key.write_text(json.dumps({**json.loads(files.privacy_key.read_text()),
+                                             "attempt": f"{ATTEMPT_FORMAT}:{'ab' * 32}",
+                                             "settings": plan.fingerprint(study), "weights": file_sha256(weights)}))
+    assert run_states(folder.root)[0][2] == ("continues from its checkpoint at step 5 of 20 (saved under a minute "
+                                            "ago) if its training data and starting weights are unchanged")
+    weights.write_bytes(b"other weights at the same path")
+    assert run_states(folder.root)[0][2].startswith(
+        f"cannot continue: started from other contents of model.weights ({weights}) than the file holds now")

@@ -203,8 +203,11 @@ def _parser() -> argparse.ArgumentParser:
                                            "checkpoint reached), interrupted release (model in runs/, no run.json), "
                                            "pending and unknown (private/ unreadable to this user) runs in DIR",
                             description="List every run of the study in DIR with its state: finished (its "
-                                        "run.json exists), unreadable, failed (and why), interrupted (the step its "
-                                        "checkpoint reached: `dpmed run` continues from there; or why it cannot), "
+                                        "run.json exists; and where the next `dpmed run` evaluates it again, or "
+                                        "refuses the study as the model.weights file it started from holds other "
+                                        "contents now), unreadable, failed (and why), interrupted (the step its "
+                                        "checkpoint reached: `dpmed run` continues from there if the training "
+                                        "data, which status does not read, are unchanged; or why it cannot), "
                                         "interrupted release "
                                         "(its model and outputs in runs/ without its run.json: not to be shared), "
                                         "pending or unknown. "

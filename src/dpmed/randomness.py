@@ -233,16 +233,21 @@ class SavedKey(NamedTuple):
     settings alone (`dpmed.config.RunPlan.fingerprint`), which `dpmed status` compares with study.yaml's plan without
     reading the data, and `dpmed run` against the run's beside the run's own attempt; None in a key file written
     before it was kept, where it is damaged (no such hash), or beside a bare-hash attempt (no dpmed wrote that pair:
-    read by neither)."""
+    read by neither). weights: the sha256 of the ``model.weights`` file the attempt started from
+    (`dpmed.records.StartRecord.given_sha256`), which status hashes the file now against; None where the study named
+    none, or the key file keeps none (an older dpmed's) or a damaged one."""
 
     randomness: PrivacyRandomness
     attempt: str | None
     settings: str | None
+    weights: str | None = None
 
 
 # A settings fingerprint as `dpmed.config.RunPlan.fingerprint` writes it: "<format>:<sha256>", the format a number
 # as str() writes it: "03:<sha256>" is no fingerprint of format 3, which `dpmed run` compares as text
 _SETTINGS = re.compile(r"(0|[1-9][0-9]*):[0-9a-f]{64}")
+# The sha256 of a file, as `dpmed.folders.file_sha256` writes it
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 # An attempt's fingerprint as `dpmed.run` writes it: "<format>:<sha256>", or a bare sha256 (an older dpmed's)
 _ATTEMPT = re.compile(r"((0|[1-9][0-9]*):)?[0-9a-f]{64}")
 
@@ -255,11 +260,12 @@ def saved_key(path: Path, mode: RandomnessMode) -> SavedKey | None:
     and a run fails rather than delete the checkpoint that the key continues."""
     try:
         saved = json.loads(path.read_text(encoding="utf-8"))
-        settings, attempt = saved.get("settings"), saved["attempt"]
+        settings, attempt, weights = saved.get("settings"), saved["attempt"], saved.get("weights")
         attempt = attempt if isinstance(attempt, str) and _ATTEMPT.fullmatch(attempt) else None
         return SavedKey(PrivacyRandomness.from_root_hex(str(saved["root"]), mode), attempt,
                         settings if attempt is not None and ":" in attempt and isinstance(settings, str)
-                        and _SETTINGS.fullmatch(settings) else None)
+                        and _SETTINGS.fullmatch(settings) else None,
+                        weights if isinstance(weights, str) and _SHA256.fullmatch(weights) else None)
     except PermissionError:
         raise
     except (OSError, ValueError, KeyError, TypeError, AttributeError):

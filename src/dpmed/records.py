@@ -209,6 +209,13 @@ class StartRecord(_Record):
     pretraining: PretrainRecord | None = None
 
     @property
+    def given_sha256(self) -> str | None:
+        """The sha256 of the study's ``model.weights`` file as this start read it: the weights loaded, or those public
+        pretraining started from; None where the study names none (or an older dpmed's pretraining record keeps it
+        not). What `dpmed status` hashes the file against, as it reads neither the public nor the training images."""
+        return self.sha256 if self.pretraining is None else self.pretraining.start_weights
+
+    @property
     def trainable_text(self) -> str:
         if isinstance(self.trainable, int):
             return f"the head and the last {self.trainable} block(s)"

@@ -111,11 +111,13 @@ def _attempt(plan: RunPlan, context: RunContext) -> str:
     return f"{ATTEMPT_FORMAT}:{digest.hexdigest()}"
 
 
-def _why_not_continued(saved: SavedKey | None) -> str:
+def _why_not_continued(saved: SavedKey | None, weights: str | None) -> str:
     """Why the checkpoint of the attempt its key file ``saved`` serves (None where there is no key) cannot continue
-    this one, for the log. An attempt fingerprinted by another version of dpmed is said to be that dpmed's: upgrading
-    dpmed changes no setting or data, and saying so sent users looking for one; one whose fingerprint is damaged was
-    said to be an older dpmed's, with other settings or data, of which nothing need be true."""
+    this one, started from the model.weights file of sha256 ``weights``, for the log. An attempt fingerprinted by
+    another version of dpmed is said to be that dpmed's: upgrading dpmed changes no setting or data, and saying so
+    sent users looking for one; one whose fingerprint is damaged was said to be an older dpmed's, with other settings
+    or data, of which nothing need be true; one started from other contents of model.weights says so, as `dpmed
+    status` does, not "other settings or data"."""
     if saved is None:
         return "its privacy key is missing or damaged"
     if saved.attempt is None:
@@ -123,6 +125,8 @@ def _why_not_continued(saved: SavedKey | None) -> str:
                 "cannot be told")
     if ":" not in saved.attempt:       # a bare hash: written before the format was, by an older dpmed
         return "an older dpmed made it, with other settings or data or fingerprinting them otherwise"
+    if None not in (saved.weights, weights) and saved.weights != weights:
+        return "started from other contents of the model.weights file than it holds now"
     return made_otherwise(saved.attempt) or "made with other settings or data"
 
 
@@ -136,6 +140,7 @@ def _privacy_randomness(plan: RunPlan, context: RunContext, folder: RunFolder) -
     and a secure run gets a new key, so that no two models trained on other settings share their batches and
     noise, whose difference would cancel the noise."""
     mode, attempt = context.privacy_randomness, _attempt(plan, context)
+    weights = None if context.start is None else context.start.given_sha256
     saved = saved_key(folder.privacy_key, mode)
     shown = None if context.study is None else plan.fingerprint(context.study)
     # a bare hash equal to this one's is an older dpmed's attempt of the same settings and data: it continues
@@ -145,7 +150,7 @@ def _privacy_randomness(plan: RunPlan, context: RunContext, folder: RunFolder) -
         return saved.randomness
     if folder.checkpoint.is_file():     # `dpmed status` may have shown it as continuing: say why it does not
         why = ("the settings' fingerprint in its privacy key file is not this run's, beside this run's attempt "
-               "fingerprint: the key file is damaged" if same else _why_not_continued(saved))
+               "fingerprint: the key file is damaged" if same else _why_not_continued(saved, weights))
         _log.info("%s: its checkpoint cannot continue (%s): deleted, and the run trains afresh%s, nothing of that "
                   "attempt mixed in", plan.run_id, why, " under a new privacy key" if mode == "secure" else "")
     folder.discard_attempt()
@@ -153,7 +158,8 @@ def _privacy_randomness(plan: RunPlan, context: RunContext, folder: RunFolder) -
                   PrivacyRandomness.secure())
     # The text is made inside the write, named by no local: a Ctrl-C just after the file replaced its temporary one
     # keeps the key for the next attempt, and a traceback that shows locals would print it.
-    kept = {} if shown is None else {"settings": shown}
+    # what `dpmed status` compares with study.yaml's plan and with the model.weights file now, reading no images
+    kept = ({} if shown is None else {"settings": shown}) | ({} if weights is None else {"weights": weights})
     write_atomic(folder.privacy_key, lambda f: f.write(json.dumps({"root": randomness.root_hex(), "attempt": attempt,
                                                                    **kept}).encode()), owner_only=True)
     return randomness

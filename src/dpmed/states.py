@@ -12,18 +12,19 @@ import contextlib
 import json
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import yaml
 from pydantic import ValidationError
 
-from dpmed.config import made_otherwise
+from dpmed.config import Study, made_otherwise
 from dpmed.data.version import UNRECORDED
 from dpmed.errors import ConfigError, first_invalid
 from dpmed.evaluation.version import evaluated_by
-from dpmed.folders import RETRAIN_NOTE, RunFolder, StudyFolder
+from dpmed.folders import RETRAIN_NOTE, RunFolder, StudyFolder, file_sha256
 from dpmed.lock import Holder, lock_holder
 from dpmed.randomness import RandomnessMode, saved_key
-from dpmed.records import ResolvedStudy, RunRecord, read_record
+from dpmed.records import ResolvedStudy, RunRecord, StartRecord, read_record
 from dpmed.resumption import evaluated_otherwise_than_saved
 
 __all__ = ["read_resolved", "counts_shown", "run_states", "checkpoints_told", "folder_holder", "release_cut_short",
@@ -71,7 +72,37 @@ def read_resolved(study_dir: Path) -> ResolvedStudy:
     return resolved
 
 
-def _checkpoint_detail(path: Path, key: Path, mode: RandomnessMode, shown: str | None,
+class _Start(NamedTuple):
+    """What `dpmed status` knows of where a study's runs start without reading any image: the ``model.weights``
+    file (None: the study names none), its sha256 now (None: none named, or it cannot be read now: `dpmed run` then
+    refuses the study file) and whether public pretraining, whose images status does not read, comes between."""
+
+    weights: Path | None = None
+    sha256: str | None = None
+    pretrained: bool = False
+
+
+def _start_of(study: Study | None) -> _Start:
+    """``study``'s :class:`_Start`, its weights file hashed once for all runs (one read of a local file, which
+    `dpmed run` hashes too; nothing of the private images); an empty one where study.yaml cannot be read."""
+    if study is None:
+        return _Start()
+    weights, sha = study.model.weights, None
+    if weights is not None:
+        with contextlib.suppress(OSError):
+            sha = file_sha256(weights)
+    return _Start(weights, sha, study.pretrain is not None)
+
+
+def _weights_changed(start: _Start, then: str | None) -> str | None:
+    """Why a run that started from the model.weights file of sha256 ``then`` (None: not known) does not start
+    from what ``start`` shows now, or None where it does or that cannot be told."""
+    if None in (start.sha256, then) or then == start.sha256:
+        return None
+    return f"started from other contents of model.weights ({start.weights}) than the file holds now"
+
+
+def _checkpoint_detail(path: Path, key: Path, mode: RandomnessMode, shown: str | None, start: _Start,
                        against: str = "study.yaml's now") -> tuple[str, tuple[int, int] | None]:
     """(detail, (the step the next `dpmed run` continues from, the run's steps): None where it cannot, or the
     checkpoint, an older dpmed's, does not say) of a checkpoint: how far an interrupted (or running) run's checkpoint
@@ -80,13 +111,15 @@ def _checkpoint_detail(path: Path, key: Path, mode: RandomnessMode, shown: str |
     another key's, mixed from two points of the run (`dpmed.training.checkpoint_review`), its attempt's fingerprint
     damaged, made by another version of dpmed (`made_otherwise`), or made with other settings than those study.yaml now
     shows (or the study file that ``against`` names), fingerprinted as ``shown`` (`RunPlan.fingerprint`, kept in the key
-    file; None: study.yaml unreadable); where the key or its attempt's fingerprint is missing or damaged, `dpmed run`
-    deletes the checkpoint and trains afresh. The training data and the starting weights, which status does not read
-    (slow), the attempt's fingerprint covers too: a continuation is told on the condition that they are unchanged, and,
-    under a key file that keeps no settings' fingerprint (an older dpmed's), that the settings are; under an attempt
-    hashed before `ATTEMPT_FORMAT` (a bare hash, beside which a settings' fingerprint was never written), also that the
-    dpmed that made it hashed the run as this one does. Nothing of the key, the streams or the training images is
-    told."""
+    file; None: study.yaml unreadable), or started from other contents of the model.weights file than ``start`` shows
+    now (the sha256 the key file keeps beside it); where the key or its attempt's fingerprint is missing or damaged,
+    `dpmed run` deletes the checkpoint and trains afresh. The training data, which status does not read (slow), the
+    attempt's fingerprint covers too: a continuation is told on the condition that they are unchanged; so are the
+    starting weights where status cannot tell them (a key file of an older dpmed that keeps no hash of the file, a file
+    unreadable now, or public pretraining: its weights are those of the public images, which status does not read),
+    and, under a key file that keeps no settings' fingerprint (an older dpmed's), the settings; under an attempt hashed
+    before `ATTEMPT_FORMAT` (a bare hash, beside which a settings' fingerprint was never written), also that the dpmed
+    that made it hashed the run as this one does. Nothing of the key, the streams or the training images is told."""
     from dpmed.training import checkpoint_review      # torch: only for a run with a checkpoint
 
     minutes = max(0.0, time.time() - path.stat().st_mtime) / 60
@@ -99,7 +132,7 @@ def _checkpoint_detail(path: Path, key: Path, mode: RandomnessMode, shown: str |
     else:
         other = made_otherwise(saved.attempt) or (f"made with other settings than {against}"
                                                   if None not in (shown, saved.settings) and saved.settings != shown
-                                                  else None)
+                                                  else _weights_changed(start, saved.weights))
     if saved is None or other is not None:
         if not path.is_file():      # the run finished as status looked (its checkpoint goes first): look again
             raise FileNotFoundError(path)
@@ -111,13 +144,19 @@ def _checkpoint_detail(path: Path, key: Path, mode: RandomnessMode, shown: str |
         return f"cannot continue: {problem}", None
     age = "under a minute" if minutes < 1 else f"{minutes:.0f} min" if minutes < 120 else f"{minutes / 60:.0f} h"
     where = "" if progress is None else f" at step {progress[0]} of {progress[1]}"
-    unchanged = "" if None not in (shown, saved.settings) else "settings, "
+    settings_known = None not in (shown, saved.settings)
+    # the starting weights are told by the settings where the study names no file and trains no public model, and by
+    # the file's hash where the key file keeps the one the attempt started from
+    weights_known = not start.pretrained and settings_known and (
+        start.weights is None or (start.sha256 is not None and saved.weights == start.sha256))
+    unchanged = ([] if settings_known else ["settings"]) + ["training data"] + (
+        [] if weights_known else ["starting weights"])
     # a bare hash: a dpmed before `ATTEMPT_FORMAT` made it, and `dpmed run` continues it only where that dpmed hashed
     # the run as this one does (the last of them did for the studies tried, those of 4 December and before did not):
     # a condition, as status cannot tell it without the training data the hash covers
     older = "" if ":" in saved.attempt else " and the older dpmed that made it fingerprinted the run as this one does"
-    return (f"continues from its checkpoint{where} (saved {age} ago) if its {unchanged}training data and starting "
-            f"weights are unchanged{older}"), progress
+    listed = unchanged[0] if len(unchanged) == 1 else f"{', '.join(unchanged[:-1])} and {unchanged[-1]}"
+    return f"continues from its checkpoint{where} (saved {age} ago) if its {listed} are unchanged{older}", progress
 
 
 def _failure_message(path: Path) -> str:
@@ -130,7 +169,7 @@ def _failure_message(path: Path) -> str:
     return str(error)
 
 
-def _unfinished_state(run_id: str, files: RunFolder, mode: RandomnessMode, shown: str | None,
+def _unfinished_state(run_id: str, files: RunFolder, mode: RandomnessMode, shown: str | None, start: _Start,
                       against: str = "study.yaml's now") -> tuple[str, str, str, tuple[int, int] | None]:
     """(run id, state, detail, (the step the next `dpmed run` continues from, of how many) or None) of a run without a
     run.json: failed, interrupted or pending, as its private folder tells (`_checkpoint_detail`); "unknown" where that
@@ -140,7 +179,8 @@ def _unfinished_state(run_id: str, files: RunFolder, mode: RandomnessMode, shown
         if files.error.is_file():
             return run_id, "failed", _failure_message(files.error), None
         if files.checkpoint.is_file():
-            return run_id, "interrupted", *_checkpoint_detail(files.checkpoint, files.privacy_key, mode, shown, against)
+            return run_id, "interrupted", *_checkpoint_detail(files.checkpoint, files.privacy_key, mode, shown, start,
+                                                              against)
     except PermissionError as exc:
         return run_id, "unknown", (f"not finished; whether it failed, was interrupted or waits cannot be told: its "
                                    f"private folder cannot be read ({exc.strerror}: {exc.filename}), as it is its "
@@ -182,23 +222,44 @@ def _evaluated_again(record: RunRecord, resolved: ResolvedStudy | None) -> str:
             if why else "")
 
 
-def _run_state(run_id: str, files: RunFolder, resolved: ResolvedStudy | None, *,
+def _started_otherwise(start: StartRecord | None, now: _Start) -> str:
+    """Why the next `dpmed run` refuses the study for a finished run that started from ``start``: other contents of
+    the model.weights file than it holds now (`dpmed.pretraining.refuse_other_starts` checks it by the hash);
+    "" where they are the same, or that cannot be told."""
+    changed = _weights_changed(now, None if start is None else start.given_sha256)
+    return "" if changed is None else (f"{changed}: the next `dpmed run` refuses the study; restore the file, use "
+                                       f"another output folder (--out), or delete this run to retrain it")
+
+
+def _unlisted_start(files: RunFolder, start: _Start) -> str:
+    """`_started_otherwise` of a finished run the study no longer lists: `dpmed run` checks the start of every
+    finished run in the folder. "" where its record cannot be read (`dpmed report` tells why)."""
+    try:
+        return _started_otherwise(read_record(files.record).start, start)
+    except ConfigError:
+        return ""
+
+
+def _run_state(run_id: str, files: RunFolder, resolved: ResolvedStudy | None, start: _Start, *,
                again: bool = True) -> tuple[str, str, str]:
-    """(run id, state, detail) of one run the study lists (``resolved``, None where study.yaml cannot be read). A
-    `dpmed run` working in the folder deletes a run's checkpoint as the run finishes: one that goes between the look
-    and the read is looked at once more (before, `dpmed status` and `dpmed report` ended in an internal error)."""
+    """(run id, state, detail) of one run the study lists (``resolved``, None where study.yaml cannot be read; its
+    start as status sees it, ``start``). A `dpmed run` working in the folder deletes a run's checkpoint as the run
+    finishes: one that goes between the look and the read is looked at once more (before, `dpmed status` and `dpmed
+    report` ended in an internal error)."""
     if files.is_finished:
         try:
-            return run_id, "finished", _evaluated_again(read_record(files.record), resolved)
+            record = read_record(files.record)
         except ConfigError as exc:
             return run_id, "unreadable", str(exc)
+        return run_id, "finished", "; ".join(
+            why for why in (_started_otherwise(record.start, start), _evaluated_again(record, resolved)) if why)
     mode = "secure" if resolved is None else resolved.study.privacy_randomness   # a label: the check reads the root
     shown = None if resolved is None else next(p for p in resolved.runs if p.run_id == run_id).fingerprint(
         resolved.study)
     try:
-        return _unfinished_state(run_id, files, mode, shown)[:3]
+        return _unfinished_state(run_id, files, mode, shown, start)[:3]
     except FileNotFoundError:
-        return _run_state(run_id, files, resolved, again=False) if again else (run_id, "pending", "")
+        return _run_state(run_id, files, resolved, start, again=False) if again else (run_id, "pending", "")
 
 
 def checkpoints_told(study_dir: Path, resolved: ResolvedStudy,
@@ -210,11 +271,11 @@ def checkpoints_told(study_dir: Path, resolved: ResolvedStudy,
     edited before a rerun was not told to cost a run its progress until the rerun deleted the checkpoint, and which
     estimated the run's time for all its steps. The checkpoint's count of steps is the run's own: an audited run without
     DP-SGD trains on what its secret canary draws left, which the plan knows only in expectation."""
-    folder, told = StudyFolder(Path(study_dir)), []
+    folder, told, start = StudyFolder(Path(study_dir)), [], _start_of(resolved.study)
     for run_id in run_ids:
         shown = next(p for p in resolved.runs if p.run_id == run_id).fingerprint(resolved.study)
         with contextlib.suppress(FileNotFoundError):    # the run finished as plan looked: no checkpoint waits
-            state = _unfinished_state(run_id, folder.run(run_id), resolved.study.privacy_randomness, shown,
+            state = _unfinished_state(run_id, folder.run(run_id), resolved.study.privacy_randomness, shown, start,
                                       "the study file's")
             told += [state] if state[1] in ("interrupted", "unknown") else []
     return told
@@ -239,7 +300,8 @@ def counts_shown(study_dir: Path) -> tuple[dict[str, int], float]:
 
 def run_states(study_dir: Path) -> list[tuple[str, str, str]]:
     """(run id, state, detail) of every run the study folder lists: finished (and why the next `dpmed run` evaluates
-    it again, where it will), unreadable (a run.json that `dpmed report` would refuse: why), failed (with the
+    it again, where it will, or refuses the study: it started from other contents of model.weights than the file
+    holds now), unreadable (a run.json that `dpmed report` would refuse: why), failed (with the
     error), interrupted (a private checkpoint waits: the step it reached and its age), interrupted release (its
     model and outputs in runs/ without its run.json) or pending; then every finished run the folder holds that the
     study file no longer lists (its model is released all the same, and the study's eps composes it:
@@ -262,11 +324,12 @@ def run_states(study_dir: Path) -> list[tuple[str, str, str]]:
                                                    "(which runs are pending is not known without it)"))
         listed = sorted({p.name for base in (folder.runs, folder.private / "runs") if base.is_dir()
                          for p in base.iterdir() if p.is_dir()})
-    cut = folder.interrupted_releases()
+    cut, start = folder.interrupted_releases(), _start_of(None if resolved is None else resolved.study)
     states += [_cut_short_state(run_id, folder.run(run_id), cut[run_id]) if run_id in cut
-               else _run_state(run_id, folder.run(run_id), resolved) for run_id in listed]
+               else _run_state(run_id, folder.run(run_id), resolved, start) for run_id in listed]
     names = set(listed)
-    states += [(run_id, "finished", "not in the study file now, but in this folder: the study's eps still counts it")
+    kept = "not in the study file now, but in this folder: the study's eps still counts it"
+    states += [(run_id, "finished", "; ".join(why for why in (kept, _unlisted_start(folder.run(run_id), start)) if why))
                for run_id in folder.finished_run_ids() if run_id not in names]
     states += [(run_id, "interrupted release", release_cut_short(run_id, left, listed=False))
                for run_id, left in cut.items() if run_id not in names]

@@ -508,7 +508,8 @@ def test_an_empty_path_is_refused_while_the_command_line_is_parsed(tiny_text, tm
 
 
 @pytest.mark.parametrize("command, said", [
-    ("status", "interrupted (the step its checkpoint reached: `dpmed run` continues from there; or why it cannot)"),
+    ("status", "interrupted (the step its checkpoint reached: `dpmed run` continues from there if the training "
+               "data, which status does not read, are unchanged; or why it cannot)"),
     ("report", "Rebuild results.csv, comparisons.json, report.html and its figures from the finished runs in DIR"),
 ])
 def test_status_and_report_help_say_what_the_command_does(capsys, command, said):
