@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dpmed.data import DATASET_SOURCES, SplitPlan, load_dataset
+from dpmed.data import DATASET_SOURCES, DataRequest, SplitPlan, load_dataset
 from dpmed.errors import DataError
 
 
@@ -73,6 +73,16 @@ def test_arguments_that_do_not_apply_are_errors(tmp_path):
         load_dataset(source="medmnist", path=path, image_size=None, channels=None, seed=0, n_images=10)
     with pytest.raises(DataError, match="channels"):
         load_dataset(source="phantom", path=None, image_size=None, channels=2, seed=0, n_images=30)
+
+
+@pytest.mark.parametrize("name", sorted(n for n, s in DATASET_SOURCES.items() if s.needs_path))
+def test_a_file_source_read_directly_without_a_path_says_it_needs_one(name):
+    """DATASET_SOURCES is public: a library call of an entry's read, past read_dataset's checks, gets the same
+    DataError naming where the files go, not a TypeError from deep in a reader."""
+    info = DATASET_SOURCES[name]
+    with pytest.raises(DataError, match="needs a path") as err:
+        info.read(DataRequest(source=name, path=None, seed=0))
+    assert info.layout in str(err.value)
 
 
 def test_a_bad_image_size_or_aspect_given_to_load_dataset_is_a_data_error_naming_it():

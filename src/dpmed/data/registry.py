@@ -152,9 +152,20 @@ def _check_generated(source: str, generate: Callable[..., Dataset], kwargs: Mapp
                                                 "image_size, or run on a machine with more memory")
 
 
+def _path(request: DataRequest) -> Path:
+    """The file or folder a file source reads; DataError, saying where its files go, where the request gives none.
+    :func:`read_dataset` asks for it before any other check; a library call of a (public) registry entry's read
+    that skips read_dataset meets the same error here, not a TypeError from deep in a reader."""
+    if request.path is None:
+        raise DataError(
+            f"dataset source {request.source!r} needs a path to its file or folder "
+            f"({DATASET_SOURCES[request.source].layout}); set data.path in the study or pass --data-path"
+        )
+    return request.path
+
+
 def _read_medmnist(request: DataRequest) -> Dataset:
-    assert request.path is not None  # load_dataset checks needs_path first
-    return read_medmnist(request.path)
+    return read_medmnist(_path(request))
 
 
 def _from_files(reader: Callable[[DataRequest], Manifest]) -> Callable[[DataRequest], Dataset]:
@@ -205,14 +216,14 @@ DATASET_SOURCES: dict[str, DatasetSource] = {
             name="medmnist",
             summary="a MedMNIST v2 2D .npz file with its official splits (no patient ids or demographics)",
             needs_path=True, takes_n_images=False, generates=False, read=_read_medmnist,
-            copies=lambda request, dataset: describe_npz_copies(request.path, dataset),
+            copies=lambda request, dataset: describe_npz_copies(_path(request), dataset),
             layout="path: the .npz file (e.g. pneumoniamnist.npz)",
         ),
         DatasetSource(
             name="folders",
             summary="image folders: [train|val|test/]<class>/<image> (the Kermany/Kaggle chest_xray layout)",
             needs_path=True, takes_n_images=False, generates=False, reads_files=True,
-            read=_from_files(lambda r: read_image_folders(r.path, class_names=r.labels)),
+            read=_from_files(lambda r: read_image_folders(_path(r), class_names=r.labels)),
             options=_FILE_OPTIONS | {"labels"},
             layout="path: the folder holding train/ and test/ (or one folder per class); labels: class order",
             reads_folder=True, publishes_split=True,
@@ -221,7 +232,7 @@ DATASET_SOURCES: dict[str, DatasetSource] = {
             name="aptos",
             summary="APTOS 2019 diabetic retinopathy: train.csv (id_code, diagnosis 0-4) + train_images/*.png",
             needs_path=True, takes_n_images=False, generates=False, reads_files=True,
-            read=_from_files(lambda r: read_aptos(r.path)), options=_FILE_OPTIONS,
+            read=_from_files(lambda r: read_aptos(_path(r))), options=_FILE_OPTIONS,
             layout="path: the folder holding train.csv and train_images/",
             reads_folder=True,
         ),
@@ -229,7 +240,7 @@ DATASET_SOURCES: dict[str, DatasetSource] = {
             name="chexpert",
             summary="CheXpert: train.csv/valid.csv (Path, Sex, Age, findings 1/0/-1/blank), multilabel",
             needs_path=True, takes_n_images=False, generates=False, reads_files=True,
-            read=_from_files(lambda r: read_chexpert(r.path, findings=r.labels, uncertain=_uncertain(r),
+            read=_from_files(lambda r: read_chexpert(_path(r), findings=r.labels, uncertain=_uncertain(r),
                                                      views=r.views)),
             options=_FINDINGS_OPTIONS,
             layout="path: the release folder (CheXpert-v1.0-small/) holding train.csv, valid.csv and train/",
@@ -239,7 +250,7 @@ DATASET_SOURCES: dict[str, DatasetSource] = {
             name="nih",
             summary="NIH ChestX-ray14: Data_Entry_2017.csv (Finding Labels a|b, Patient ID/Age/Gender), multilabel",
             needs_path=True, takes_n_images=False, generates=False, reads_files=True,
-            read=_from_files(lambda r: read_nih(r.path, findings=r.labels)), options=_FILE_OPTIONS | {"labels"},
+            read=_from_files(lambda r: read_nih(_path(r), findings=r.labels)), options=_FILE_OPTIONS | {"labels"},
             layout="path: the folder holding Data_Entry_2017.csv and images*/ (test_list.txt optional)",
             reads_folder=True, publishes_split=True,
         ),
@@ -247,7 +258,7 @@ DATASET_SOURCES: dict[str, DatasetSource] = {
             name="mimic",
             summary="MIMIC-CXR-JPG: metadata + chexpert label CSVs (split CSV, MIMIC-IV patients.csv optional)",
             needs_path=True, takes_n_images=False, generates=False, reads_files=True,
-            read=_from_files(lambda r: read_mimic(r.path, findings=r.labels, uncertain=_uncertain(r), views=r.views)),
+            read=_from_files(lambda r: read_mimic(_path(r), findings=r.labels, uncertain=_uncertain(r), views=r.views)),
             options=_FINDINGS_OPTIONS,
             layout="path: the mimic-cxr-jpg/2.x.0 folder holding the mimic-cxr-2.0.0-*.csv.gz files and files/",
             reads_folder=True, publishes_split=True,
@@ -256,7 +267,7 @@ DATASET_SOURCES: dict[str, DatasetSource] = {
             name="ham10000",
             summary="HAM10000 dermatoscopy: HAM10000_metadata.csv (lesion_id, image_id, dx, age, sex), split by lesion",
             needs_path=True, takes_n_images=False, generates=False, reads_files=True,
-            read=_from_files(lambda r: read_ham10000(r.path)), options=_FILE_OPTIONS,
+            read=_from_files(lambda r: read_ham10000(_path(r))), options=_FILE_OPTIONS,
             layout="path: the folder holding HAM10000_metadata.csv and HAM10000_images_part_1/, _part_2/",
             reads_folder=True,
         ),
@@ -264,7 +275,7 @@ DATASET_SOURCES: dict[str, DatasetSource] = {
             name="csv",
             summary="a generic CSV: an image path column, label column(s), optional patient/sex/age/split columns",
             needs_path=True, takes_n_images=False, generates=False, reads_files=True,
-            read=_from_files(lambda r: read_csv_table(r.path, columns=r.columns or {}, labels=r.labels or (),
+            read=_from_files(lambda r: read_csv_table(_path(r), columns=r.columns or {}, labels=r.labels or (),
                                                       task=r.task, classes=r.classes, name=r.name)),
             options=_FILE_OPTIONS | {"labels", "classes", "name", "columns", "task"},
             publishes_split=True,
@@ -289,11 +300,8 @@ def read_dataset(request: DataRequest) -> Dataset:
     if info is None:
         known = ", ".join(f"{name!r} ({s.summary})" for name, s in DATASET_SOURCES.items())
         raise DataError(f"unknown dataset source {request.source!r}; known sources: {known}")
-    if info.needs_path and request.path is None:
-        raise DataError(
-            f"dataset source {request.source!r} needs a path to its file or folder ({info.layout}); set data.path in "
-            "the study or pass --data-path"
-        )
+    if info.needs_path:
+        _path(request)                  # a DataError where the study gives none, before any option is checked
     if not info.needs_path and request.path is not None:
         raise DataError(f"dataset source {request.source!r} reads no file, but path={str(request.path)!r} was given; "
                         "remove the path")
