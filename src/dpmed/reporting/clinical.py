@@ -64,7 +64,7 @@ def _per100_end(value: float) -> str:
 
 def _interval_cell(low: float | None, high: float | None, *, cases: bool) -> str:
     """" [low, high]" of a difference, each end signed; "" where it has no interval."""
-    if low is None:
+    if low is None or high is None:
         return ""
     fmt = _per100_end if cases else signed_text
     return f" [{fmt(low)},\u00a0{fmt(high)}]"
@@ -81,7 +81,7 @@ def _paired_cell(d: PairedDifference | None, *, cases: bool) -> str:
 def _seeds_cell(s: SeedSummary | None, *, cases: bool) -> str:
     """mean [t interval over seeds] (seed range min to max); a summary without the interval (one seed, or a
     comparisons.json that predates it) gives the mean and range only."""
-    if s is None or s.mean is None:
+    if s is None or s.mean is None or s.min is None or s.max is None:     # a mean has its range (seed_summary)
         return "–"
     fmt = _per100 if cases else signed_text
     end = _per100_end if cases else signed_text      # the range's ends keep their side too, as the sentence's do
@@ -144,8 +144,7 @@ def _kappa_sentence(*, single: Difference | None, seeds: ValueSummary | None, le
             return ""
         ci = "" if d.low is None else f" ({level} CI [{signed_text(d.low)}, {signed_text(d.high)}]; higher is better)"
         return f" Its quadratic-weighted kappa changes by {signed_text(d.value)}{ci}."
-    s = None if seeds is None else seeds.kappa_quadratic_difference
-    if s is None or s.mean is None:
+    if seeds is None or (s := seeds.kappa_quadratic_difference) is None or s.mean is None:
         return ""
     if s.low is None:
         return f" Its quadratic-weighted kappa changes on average by {signed_text(s.mean)} (higher is better)."
@@ -163,13 +162,19 @@ def _decision_sentence(*, privacy: str, kind: str, positive: str | None, negativ
     AUROC where the runs have no decisions."""
     subject = f"at {privacy} the model" if not_dp is None else f"{not_dp[0]}, which is {not_dp[1]},"
     baseline = None if not_dp is None else "the non-private run" if single is not None else "its seed's non-private run"
+    sens: PairedDifference | SeedSummary | None
+    spec: PairedDifference | SeedSummary | None
+    acc: PairedDifference | SeedSummary | None
+    spread: SeedSummary | None            # the AUROC change's summary over seeds; None for one seed's
     if single is not None:
         sens, spec, acc = single.sensitivity_difference, single.specificity_difference, single.accuracy_difference
         lead, avg = (f"At {privacy} the model" if not_dp is None else subject), ""
+        auroc, spread = single.auroc_difference.value, None
     else:
         assert seeds is not None
         sens, spec, acc = seeds.sensitivity_difference, seeds.specificity_difference, seeds.accuracy_difference
         lead, avg = f"Over {len(seeds.seeds)} seeds, {subject}", " on average"
+        auroc, spread = seeds.auroc_difference.mean, seeds.auroc_difference
 
     def interval(d, more, fewer) -> str:
         if single is not None and d.low is not None:      # missed = -sensitivity: the interval flips
@@ -206,9 +211,11 @@ def _decision_sentence(*, privacy: str, kind: str, positive: str | None, negativ
         context = f"Over {len(seeds.seeds)} seeds, " + (f"at {privacy}" if not_dp is None else
                                                         f"for {not_dp[0]}, which is {not_dp[1]},")
         actor = "the model" if not_dp is None else not_dp[0]
-    if kind == "binary" and sens is not None and spec is not None and mean(sens) is not None:
-        missed = _about(-100 * mean(sens), f"misses{avg}", "more", "fewer", f"{pos} cases", baseline)
-        alarms = _about(-100 * mean(spec), f"wrongly flags{avg}", "more", "fewer", f"{neg} cases as {pos}", baseline,
+    # sensitivity and specificity are defined together: test AUROC needs both classes (dpmed.evaluation.utility)
+    if (kind == "binary" and sens is not None and spec is not None and (sens_mean := mean(sens)) is not None
+            and (spec_mean := mean(spec)) is not None):
+        missed = _about(-100 * sens_mean, f"misses{avg}", "more", "fewer", f"{pos} cases", baseline)
+        alarms = _about(-100 * spec_mean, f"wrongly flags{avg}", "more", "fewer", f"{neg} cases as {pos}", baseline,
                         same=f"{neg} cases")         # not "about as many normal cases as opacity as without privacy"
         if unshown(sens) or unshown(spec):
             first = (undecided(sens, f"the {pos} cases {actor} misses{against}") if unshown(sens) else
@@ -218,18 +225,17 @@ def _decision_sentence(*, privacy: str, kind: str, positive: str | None, negativ
             return f"{context} {first}, and {second}."
         return (f"{lead} {missed}{interval(sens, 'more', 'fewer')} and {alarms}"
                 f"{interval(spec, 'more', 'fewer')}.")
-    if acc is not None and mean(acc) is not None:
+    if acc is not None and (acc_mean := mean(acc)) is not None:
         unit = "findings" if kind == "multilabel" else "test images"
         how = " (argmax)" if kind == "multiclass" else ""
         if unshown(acc):
             return f"{context} {undecided(acc, f'the {unit}{how} {actor} gets wrong{against}')}."
-        wrong = _about(-100 * mean(acc), f"gets{avg}", "more wrong", "fewer wrong", f"{unit}{how}", baseline,
+        wrong = _about(-100 * acc_mean, f"gets{avg}", "more wrong", "fewer wrong", f"{unit}{how}", baseline,
                        same=f"{unit}{how} wrong")
         return f"{lead} {wrong}{interval(acc, 'more', 'fewer')}."
-    auroc = single.auroc_difference.value if single is not None else seeds.auroc_difference.mean
     if auroc is None:
         return f"{lead} has no defined AUROC change."
-    d = None if single is not None else seeds.auroc_difference
+    d = spread
     if d is None or d.low is None:
         return f"{lead} changes the test AUROC by{avg} {signed_text(auroc)}{against}."
     interval_text = f"{level} t interval over seeds [{signed_text(d.low)}, {signed_text(d.high)}]"
@@ -293,21 +299,26 @@ SHIFT_P = 1e-3
 def _shift_line(records: dict[str, RunRecord], pos: str, neg: str, level: str) -> str:
     """A warning where binary runs' sensitivity or specificity at their own threshold differ between validation and
     test beyond chance: the decisions were set on images unlike the test images (another site, scanner, period or
-    labelling), so the test rates measure that shift as much as the model; AUROC needs no threshold."""
+    labelling), so the test rates measure that shift as much as the model; AUROC needs no threshold.
+
+    A run has a ``threshold_shift_p`` only with both rates on both splits (`dpmed.evaluation.utility`: its
+    validation and its test images each hold both classes, or it is not evaluated), so every shifted run has its
+    gaps; a run.json from before the p has none of the three."""
     shifted = [r for r in records.values()
-               if r.metrics.get("threshold_shift_p") is not None and r.metrics["threshold_shift_p"] < SHIFT_P]
+               if (p := r.estimate("threshold_shift_p").value) is not None and p < SHIFT_P]
     if not shifted:
         return ""
-    gaps = [(abs(r.metrics[f"val_{rate}"] - r.estimate(f"test_{rate}").value), r, rate, verb, cases)
+    gaps = [(abs(on_val - test.value), r, verb, cases, on_val, test.value, test)
             for r in shifted for rate, verb, cases in (("sensitivity", "found", pos), ("specificity", "cleared", neg))
-            if r.metrics.get(f"val_{rate}") is not None and r.estimate(f"test_{rate}").value is not None]
-    _, r, rate, verb, cases = max(gaps, key=lambda gap: gap[0])
-    test = r.estimate(f"test_{rate}")
-    interval = "" if test.low is None else f" [{100 * test.low:.0f}, {100 * test.high:.0f}] ({level} CI)"
+            if (on_val := r.estimate(f"val_{rate}").value) is not None
+            and (test := r.estimate(f"test_{rate}")).value is not None]
+    _, r, verb, cases, on_val, on_test, test = max(gaps, key=lambda gap: gap[0])
+    interval = ("" if test.low is None or test.high is None else
+                f" [{100 * test.low:.0f}, {100 * test.high:.0f}] ({level} CI)")
     return (f'<div class="flag">⚠ The threshold chosen on the validation split does not carry over to the test '
             f"images in {len(shifted)} of {len(records)} runs (p &lt; {SHIFT_P:g}): {escape(r.run_id)} {verb} "
-            f"{100 * r.metrics[f'val_{rate}']:.0f} of every 100 {escape(cases)} cases on validation and "
-            f"{100 * test.value:.0f}{interval} on test. The test images differ from the validation images in what "
+            f"{100 * on_val:.0f} of every 100 {escape(cases)} cases on validation and "
+            f"{100 * on_test:.0f}{interval} on test. The test images differ from the validation images in what "
             "the model's scores see (another site, scanner, period or labelling): sensitivity, specificity and "
             "accuracy here are those of a threshold set on other images; AUROC needs no threshold.</div>")
 
@@ -363,7 +374,7 @@ def clinical(inputs: ReportInputs) -> str:
             continue
         privacy = eps_label(records[members[0].run_id].privacy)
         single = members[0] if len(members) == 1 else None
-        not_dp = None if why_not.get(value.label) is None else (value.label, why_not[value.label])
+        not_dp = None if (reason := why_not.get(value.label)) is None else (value.label, reason)
         sentence = case_sentence(privacy=privacy, kind=kind, positive=pos, negative=neg, level=level,
                                  single=single, seeds=None if single else value, not_dp=not_dp)
         names = (["auroc_difference"] + (["sensitivity_difference", "specificity_difference"] if kind == "binary"

@@ -81,7 +81,7 @@ def auroc_alt(records: Iterable[RunRecord]) -> str:
                   + ("" if r.privacy.is_dp else " (not DP)")
                   for r in records if panel.member(r) and plotted(r)]
         panels.append(f"Panel {panel.title}: {panel.xlabel}; " + ("; ".join(points) if points else "no point") + ".")
-    base = [f"{r.run_id} {e.value:.3f}" for r, e in _defined([r for r in records if r.mechanism == "none"])]
+    base = [f"{r.run_id} {value:.3f}" for r, value in _defined([r for r in records if r.mechanism == "none"])]
     if spans_seeds(records):      # as auroc_figure draws them: a point is a configuration's mean
         lead = ("one faint dot per run (each listed below), and per configuration of several seeds a point at their "
                 "mean with a bar, its t interval over seeds. ")
@@ -113,12 +113,12 @@ def _configurations(runs: list[RunRecord], several_seeds: bool) -> list[list[Run
     return list(groups.values())
 
 
-def _defined(runs: list[RunRecord]) -> list[tuple[RunRecord, Any]]:
+def _defined(runs: list[RunRecord]) -> list[tuple[RunRecord, float]]:
     """The runs with a defined test AUROC, with it: the others have no point (the report's caption names them)."""
-    return [(r, e) for r, e in ((r, r.estimate("test_auroc")) for r in runs) if e.value is not None]
+    return [(r, value) for r in runs if (value := r.estimate("test_auroc").value) is not None]
 
 
-def _point(shown: list[tuple[RunRecord, Any]], several_seeds: bool,
+def _point(shown: list[tuple[RunRecord, float]], several_seeds: bool,
            confidence: float) -> tuple[float, float | None, float | None]:
     """(AUROC, low, high) of what one point or line stands for: a run and its bootstrap interval; with several
     seeds, the mean of a configuration's defined seeds and its Student t interval at ``confidence`` over them (None
@@ -127,9 +127,11 @@ def _point(shown: list[tuple[RunRecord, Any]], several_seeds: bool,
     mean 75 % of the time): the faint dots show it.
     """
     if not several_seeds:
-        e = shown[0][1]
-        return e.value, e.low, e.high
+        r, value = shown[0]
+        e = r.estimate("test_auroc")
+        return value, e.low, e.high
     s = summarise_seeds([r for r, _ in shown], "test_auroc", confidence=confidence)
+    assert s is not None and s.mean is not None, "every shown run has a defined test AUROC (_defined)"
     return s.mean, s.low, s.high
 
 
@@ -267,13 +269,13 @@ def auroc_figure(records: Iterable[RunRecord], *, confidence: float = 0.95, narr
             shown = _defined(runs)
             if not shown:
                 continue
-            r, e = shown[0]
+            r, _ = shown[0]
             marker, color, name = _MARKERS.get(r.mechanism, ("D", "tab:purple", r.mechanism))
             used[r.mechanism] = (marker, color, name)
             x = sum(panel.x(r) for r, _ in shown) / len(shown)
             y, low, high = _point(shown, several_seeds, confidence)
             if several_seeds:
-                ax.plot([x] * len(shown), [e.value for _, e in shown], marker, ms=3, color=color, alpha=0.35)
+                ax.plot([x] * len(shown), [value for _, value in shown], marker, ms=3, color=color, alpha=0.35)
             plot_interval(ax, x, y, low, high, marker=marker, color=color, ms=6)
             reasons = dict.fromkeys(r.privacy.why_not_dp_in_brief for r, _ in shown if not r.privacy.is_dp)
             why = f" (not DP: {'; '.join(reasons)})" if reasons else ""
@@ -282,7 +284,7 @@ def auroc_figure(records: Iterable[RunRecord], *, confidence: float = 0.95, narr
                         fontsize=size - 1, color="#333333").set_in_layout(False)   # placed by fit_inside
             xs.append(x)
             # every seed's dot, and the bar: a configuration of one defined seed has no bar, only its dot
-            lows += [e.value for _, e in shown] + ([low] if low is not None else [])
+            lows += [value for _, value in shown] + ([low] if low is not None else [])
         if xs:
             ax.set_xscale("log")
             lo, hi = min(xs), max(xs)
@@ -306,7 +308,8 @@ def auroc_figure(records: Iterable[RunRecord], *, confidence: float = 0.95, narr
         for ax in axes[1:]:
             ax.set_ylabel("test AUROC", fontsize=size)
     axes[0].set_ylim(max(0.0, min(lows) - 0.02) if min(lows) < 0.4 else 0.4, 1.01)
-    handles = [Line2D([], [], marker=m, color=c, ls="none", label=label) for m, c, label in used.values()]
+    handles: list[Line2D | Patch] = [Line2D([], [], marker=m, color=c, ls="none", label=label)
+                                     for m, c, label in used.values()]
     if several_seeds and used:
         handles.append(Line2D([], [], marker="|", ms=10, color="grey", ls="none",
                               label=f"bars: {level} t interval over seeds, faint dots: each seed"))

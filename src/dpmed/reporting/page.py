@@ -170,11 +170,11 @@ class PrivateRun:
 def _reconstructions(items: Mapping[str, PrivateRun], path: Path) -> str:
     """The attack's best reconstructions beside the images they matched, one pair of rows per attacked run (the
     figure of Ziller et al. 2024 that shows what an attack at each eps recovers), saved beside the private report."""
-    attacked = {item.attacked.run_id: item for item in items.values()
-                if item.attack_images is not None and item.attacked is not None}
-    loaded, unread = read_figure_arrays(((run_id, item.attack_images) for run_id, item in attacked.items()),
+    attacked = {record.run_id: (record, images) for item in items.values()
+                if (images := item.attack_images) is not None and (record := item.attacked) is not None}
+    loaded, unread = read_figure_arrays(((run_id, images) for run_id, (_, images) in attacked.items()),
                                         ATTACK_IMAGE_KEYS, "the attack's reconstructions")
-    rows = [(attack_label(attacked[run_id].attacked), arrays) for run_id, arrays in loaded if len(arrays["ssim"])]
+    rows = [(attack_label(attacked[run_id][0]), arrays) for run_id, arrays in loaded if len(arrays["ssim"])]
     heading = '<h2 id="reconstructions">The imprint attack\'s best reconstructions</h2>'
     png = path.with_name("attack_reconstructions.png")
     if not rows:

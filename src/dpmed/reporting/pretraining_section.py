@@ -73,14 +73,15 @@ def pretraining_section(inputs: ReportInputs) -> str:
         source = ("random initialisation" if start.weights is None else
                   f"<code>{escape(start.weights)}</code> (sha256 <code>{escape(start.sha256)}</code>), trained on: "
                   f"{escape(start.trained_on)}")
-        other_classes = (start.pretraining is not None
-                         and tuple(start.pretraining.label_names) != tuple(inputs.resolved.dataset.label_names))
-        why = (f"pretrained for {names_text(start.pretraining.label_names)}, not this study's "
-               f"{names_text(inputs.resolved.dataset.label_names)}" if other_classes
+        pretrained = start.pretraining      # head_rows come only from its classes (dpmed.pretraining.match_head)
+        why = (f"pretrained for {names_text(pretrained.label_names)}, not this study's "
+               f"{names_text(inputs.resolved.dataset.label_names)}"
+               if pretrained is not None and tuple(pretrained.label_names) != tuple(inputs.resolved.dataset.label_names)
                else "another shape in the file")
         kept = (f"; head left at its initialisation ({escape(', '.join(start.kept))}: {escape(why)})"
                 if start.kept else "; the pretrained head's outputs taken in this study's label order (pretrained "
-                f"as {escape(names_text(start.pretraining.label_names))})" if start.head_rows else "")
+                f"as {escape(names_text(pretrained.label_names))})" if start.head_rows and pretrained is not None
+                else "")
         parts.append(
             f"<p>Runs {escape(', '.join(runs))}: started from {source}. Trained: {escape(start.trainable_text)}, "
             f"{start.n_trainable:,} parameters; {start.n_frozen:,} frozen (DP-SGD neither clips nor noises them)"

@@ -61,7 +61,7 @@ def _measured(inputs: ReportInputs) -> str:
 
 def across_seeds(s: SeedSummary) -> str:
     """What the t interval over seeds supports: lower or higher than the non-private arm where it excludes 0."""
-    if s.low is None:
+    if s.low is None or s.high is None:         # none or both (seed_summary)
         return s.reason or "no interval over seeds"
     if not s.excludes_zero:
         return "not shown (interval holds 0)"
@@ -73,7 +73,7 @@ def _reading(inputs: ReportInputs) -> str:
     non-private run of its own seed (paired where predictions allow, never against a mean over seeds); a run that
     is not DP says why, from its card."""
     records, level = inputs.records, inputs.level
-    references = {}
+    references: dict[int, RunRecord] = {}
     for r in records:
         if r.mechanism == "none" and r.estimate("test_auroc").value is not None:
             references.setdefault(r.seed, r)
@@ -104,7 +104,7 @@ def _reading(inputs: ReportInputs) -> str:
         ref = references.get(r.seed)
         if d is not None and d.auroc_difference.value is not None:
             a = d.auroc_difference
-            if a.low is not None and a.high < 0:
+            if a.low is not None and a.high is not None and a.high < 0:
                 verdict = f"the paired interval of the difference lies below 0: lower than {than}"
             elif a.low is not None and a.low > 0:
                 verdict = "the paired interval of the difference lies above 0"
