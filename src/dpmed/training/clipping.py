@@ -63,7 +63,7 @@ import contextlib
 import functools
 import operator
 from dataclasses import dataclass, field, replace
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -103,7 +103,7 @@ def finite_rows(t: Tensor, keep: Tensor) -> Tensor:
     return torch.where(keep.view(-1, *[1] * (t.dim() - 1)), t, torch.zeros((), dtype=t.dtype, device=t.device))
 
 
-def gradient_sum(model: nn.Module, params: list[Tensor], x: Tensor, y: Tensor, *,
+def gradient_sum(model: nn.Module, params: Sequence[Tensor], x: Tensor, y: Tensor, *,
                  loss_fn: Callable[[Tensor, Tensor], Tensor]) -> list[Tensor]:
     """[sum_i g_i per parameter of ``params``]: ordinary autograd on the summed loss of x, y, with no per-example
     norm and no clip, for the slices of a unit that is clipped as a whole once they are added up

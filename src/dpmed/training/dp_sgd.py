@@ -32,7 +32,9 @@ resumed run are unchanged.
 
 from __future__ import annotations
 
+import functools
 import math
+import operator
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from itertools import chain
@@ -119,10 +121,12 @@ class OpacusClipper:
         unnoised. Left there, the next call of the clipper (a caller retrying the step) failed however it was fed:
         counts that never fell back to 0 left it no per-example gradients, an old one beside a new made a list of
         them, and the old activations held their memory."""
-        # popped from __dict__, where Opacus sets them: hasattr on a module goes through nn.Module.__getattr__,
-        # which raises for a name it lacks, about ten times the cost per layer
+        # set and popped in __dict__, where Opacus keeps them (torch's types declare none of them): hasattr on a
+        # module goes through nn.Module.__getattr__, which raises for a name it lacks, about ten times the cost per
+        # layer
         for p in self.params:
-            p.grad_sample, p.grad, p._forward_counter = None, None, 0
+            p.grad = None
+            p.__dict__.update(grad_sample=None, _forward_counter=0)
             p.__dict__.pop("_current_grad_sample", None)
         for module in self.hooked:
             module.__dict__.pop("activations", None)
@@ -130,14 +134,16 @@ class OpacusClipper:
 
     def _clip(self, x: Tensor, max_grad_norm: float, groups: Tensor | None) -> list[Tensor]:
         """The clipped sum from the per-example gradients the hooks left on the parameters."""
-        grads = [p.grad_sample for p in self.params]                            # each [b, *p.shape]
-        for name, g in zip(self.names, grads):
+        sampled: list[Tensor | None] = [p.__dict__["grad_sample"] for p in self.params]   # each [b, *p.shape]
+        grads: list[Tensor] = []
+        for name, g in zip(self.names, sampled):
             # Opacus reads a layer's rows as examples, as dpmed's engine does (`clipping._Tape._check_batch_first`):
             # a layer on x.reshape(B * T, d) would be clipped per row, one example moving the sum by up to T C.
             if g is None or g.shape[0] != len(x):
                 raise PrivacyError(f"parameter {name!r}: Opacus computed {'no' if g is None else g.shape[0]} "
                                    f"per-example gradients for the {len(x)} examples of the batch: per-example "
                                    "clipping needs every trainable layer's input batch-first, one row per example")
+            grads.append(g)
         if groups is not None:
             index, count = group_index(groups.to(x.device), len(x))
             if count < len(x):      # else every group is one example: image-level clipping as it stands
@@ -146,7 +152,8 @@ class OpacusClipper:
         # Summed as dpmed's engine sums them (`clipping._Tape._norm_part`): torch's sum is cascaded, its float32 norm
         # is not, and fell short of a row of 2.6 million coordinates' true norm by 1e-5 (L2) to 9e-4 (L1), the
         # clipped example passing C by as much (in float64 the norm would copy the row at twice its size).
-        parts = sum(g.flatten(1).abs().sum(1) if o == 1 else g.flatten(1).square().sum(1) for g in grads)   # [b]
+        parts = functools.reduce(operator.add, (g.flatten(1).abs().sum(1) if o == 1 else g.flatten(1).square().sum(1)
+                                                for g in grads))                                           # [b]
         norms = parts if o == 1 else parts.sqrt()
         factor = clip_factors(norms, max_grad_norm)
         if not bool(torch.isfinite(norms).all()):            # an overflowing unit contributes nothing (finite_rows)
@@ -279,6 +286,7 @@ class DpSgdStep:
         model = self.clipper.model
         before = _buffer_values(model)
         large: list[Tensor] = []
+        chunks: Iterator[tuple[Tensor, Tensor, Tensor | None]]
         if groups is None:
             chunks = ((xs, ys, None) for xs, ys in physical_chunks(x, y, self.physical_batch_size))
         else:                               # laid out on the CPU; the engines move each chunk's ids to x's device
@@ -310,13 +318,10 @@ class DpSgdStep:
         unit's own examples enter it, so it depends on no other unit. An example whose gradient overflows leaves the
         sum non-finite, and the unit then contributes nothing, as it does through the engines' clip whatever
         physical_batch_size."""
-        unit = None
-        for part in rows.split(self.physical_batch_size):
-            sums = gradient_sum(self.clipper.model, self.params, x[part.to(x.device)], y[part.to(y.device)],
-                                loss_fn=self.loss_fn)
-            if unit is None:
-                unit = sums
-                continue
+        slices = (gradient_sum(self.clipper.model, self.params, x[part.to(x.device)], y[part.to(y.device)],
+                               loss_fn=self.loss_fn) for part in rows.split(self.physical_batch_size))
+        unit = next(slices)                       # rows is never empty: a unit has an example
+        for sums in slices:
             for acc, g in zip(unit, sums):
                 acc.add_(g)
         o = self.norm_order                       # L2 (Gaussian) or L1 (Laplace), over all parameters
@@ -366,6 +371,8 @@ class DpSgdStep:
         time per dispatched op). The noise (its copy on the GPU, and its pieces shaped as the parameters) lives only
         within the expression: a frame's local would show in a traceback that shows locals. The methods called on it
         are torch's C ones (``split_with_sizes``: ``Tensor.split`` is a Python function, whose frame names it)."""
+        if self._flat is None:
+            raise RuntimeError("the noise is added after it is drawn into the noise buffer (`_noise_buffer`)")
         torch._foreach_add_(total, list(map(Tensor.view, self._flat.to(self.params[0].device).split_with_sizes(
             list(map(Tensor.numel, total))), map(Tensor.size, total))), alpha=scale)     # [P] -> pieces, shaped
 
