@@ -48,7 +48,7 @@ def test_auto_padding_is_an_eighth_of_the_image_and_each_run_seed_augments_its_o
     assert second.seed != first.seed
     fixed, _ = loop._augmentation(TrainingConfig(augmentation={"multiplicity": 2, "crop_padding": 5}), images, 1)
     assert fixed.padding == 5
-    assert loop._augmentation(TrainingConfig(), images, 1) == (None, None)
+    assert loop._augmentation(TrainingConfig(), images, 1) is None
 
 
 @pytest.mark.parametrize("dp", [None, DpSgdPlan(noise_multiplier=1.0, max_grad_norm=1.0, sample_rate=0.1, steps=7)],

@@ -130,12 +130,12 @@ def _optimizer(model: nn.Module, cfg: TrainingConfig) -> torch.optim.Optimizer:
     return torch.optim.SGD(model.parameters(), lr=lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
 
 
-def _augmentation(cfg: TrainingConfig, data: ImageSet, seed: int) -> tuple[Augmentation | None, np.ndarray | None]:
+def _augmentation(cfg: TrainingConfig, data: ImageSet, seed: int) -> tuple[Augmentation, np.ndarray] | None:
     """The run's augmentation (public randomness from the run seed; see `dpmed.training.augmentation` for why that
-    is sound) and the key of each training image, or (None, None) without ``training.augmentation``."""
+    is sound) and the key of each training image, or None without ``training.augmentation``."""
     aug = cfg.augmentation
     if aug is None:
-        return None, None
+        return None
     padding = aug.padding(min(data.images.shape[2:]))
     return (Augmentation(multiplicity=aug.multiplicity, padding=padding, flip=aug.flip,
                          seed=public_seed(seed, "augmentation")), image_keys(data.images))
@@ -221,11 +221,11 @@ class _Progress:
 _UNREADABLE = (OSError, RuntimeError, EOFError, pickle.UnpicklingError, IndexError, ValueError, KeyError, TypeError)
 
 
-def _load_checkpoint(path: Path | None, fingerprint: dict, label: str) -> dict | None:
+def _load_checkpoint(path: Path, fingerprint: dict, label: str) -> dict | None:
     """The checkpoint at ``path`` if it continues this very training; None if absent or made with other settings
     (`dpmed.run` gave this attempt a fresh key and deleted what the earlier one left; a caller of `train` may not
     have, so the log says the checkpoint is not continued: `dpmed status` had shown it as continuing)."""
-    if path is None or not path.is_file():
+    if not path.is_file():
         return None
     state = _read_checkpoint(path)
     if state.get("fingerprint") == fingerprint:
@@ -247,6 +247,8 @@ def _resume(path: Path | None, fingerprint: dict, *, model: nn.Module, optimizer
     included, and as a local of the training loop it was printed by every traceback that shows locals (IPython's
     verbose mode, pytest --showlocals, a crash reporter) of a resumed run stopped mid-way, which keeps that key to
     resume again."""
+    if path is None:
+        return None
     state = _load_checkpoint(path, fingerprint, label)
     if state is None:
         return None
@@ -382,14 +384,15 @@ def train(model: nn.Module, data: ImageSet, task: Task, cfg: TrainingConfig, *, 
     y_all = torch.as_tensor(data.labels, dtype=objective.target_dtype)               # [N] or [N, L]
     model.to(device).train()
     optimizer = _optimizer(model, cfg)
-    augment, keys = _augmentation(cfg, data, seed)
+    augmenting = _augmentation(cfg, data, seed)             # (the augmentation, each image's key) or None
     average = None if cfg.ema_decay is None else ParameterAverage(model, decay=cfg.ema_decay)
     start = time.perf_counter()            # the training time counts the fixed features computed for it
-    trained, x_all = (model, x_all) if augment is not None else precompute(     # trained: ``model`` or its tail
+    trained, x_all = (model, x_all) if augmenting is not None else precompute(     # trained: ``model`` or its tail
         model, x_all, device=device, chunk=cfg.physical_batch_size, at_once=at_once, label=label)
     features_seconds = time.perf_counter() - start if trained is not model else 0.0
     shuffle_gen = torch.Generator().manual_seed(seed)
-    ledger, statistics, done = Ledger(tuple(released)), [], 0
+    ledger, done = Ledger(tuple(released)), 0
+    statistics: list[dict] = []
     fingerprint = _fingerprint(data, cfg, seed, dp)
     if dp is not None and dp.sampling != "poisson":
         checkpoint = None
@@ -398,16 +401,18 @@ def train(model: nn.Module, data: ImageSet, task: Task, cfg: TrainingConfig, *, 
         total = training_steps(steps_per_epoch, epochs=cfg.epochs, steps=cfg.steps)
         per_step = {}
     else:
+        assert randomness is not None       # refused on entry otherwise
+        noise_rng, sampler = randomness.stream("noise"), randomness.stream("sampling")
         offsets, owned = sampling_units(data, dp.unit)
         n_units = len(offsets) - 1
         total = dp.steps
         steps_per_epoch = max(1, round(1 / dp.sample_rate))
-        weight = 1.0 if augment is None else augment.loss_weight       # 1/K per copy: a group sums to the mean
+        weight = 1.0 if augmenting is None else augmenting[0].loss_weight   # 1/K per copy: a group sums to the mean
         step_fn = DpSgdStep(trained, loss_fn=lambda z, y: objective.loss(z, y, reduction="sum") * weight,
                             max_grad_norm=dp.max_grad_norm, noise_multiplier=dp.noise_multiplier,
                             expected_batch_size=(dp.expected_batch_size if dp.expected_batch_size is not None
                                                  else dp.sample_rate * n_units),
-                            physical_batch_size=cfg.physical_batch_size, noise_rng=randomness.stream("noise"),
+                            physical_batch_size=cfg.physical_batch_size, noise_rng=noise_rng,
                             noise=dp.noise, engine=cfg.dp_engine)
         # the raw words a step takes from each privacy stream (Poisson sampling: only where a checkpoint is kept)
         per_step = {"sampling": poisson_mask_words(n_units, dp.sample_rate), "noise": step_fn.stream_words}
@@ -441,10 +446,12 @@ def train(model: nn.Module, data: ImageSet, task: Task, cfg: TrainingConfig, *, 
                     break
                 check_interrupt()
                 x, y = x_all[idx], y_all[idx]
-                if augment is not None:                # the mean loss over K copies: each copy weighs 1/K
-                    x, y, _ = augment.expand(x, y, keys[idx.numpy()], step)
+                inputs: torch.Tensor | Copies = x
+                if augmenting is not None:             # the mean loss over K copies: each copy weighs 1/K
+                    augment, keys = augmenting
+                    inputs, y, _ = augment.expand(x, y, keys[idx.numpy()], step)
                 optimizer.zero_grad(set_to_none=True)
-                losses.append(_mean_loss_backward(trained, objective, x, y, cfg.physical_batch_size, device))
+                losses.append(_mean_loss_backward(trained, objective, inputs, y, cfg.physical_batch_size, device))
                 set_learning_rate(optimizer, cfg, step, total)
                 after_step()
                 shown.step()
@@ -452,20 +459,21 @@ def train(model: nn.Module, data: ImageSet, task: Task, cfg: TrainingConfig, *, 
             save(epoch + 1)
     else:
         remaining = dp.steps - done                   # done counts finished steps here
-        sampler = randomness.stream("sampling")
         batches = (poisson_batches(n_units, sample_rate=dp.sample_rate, steps=remaining, rng=sampler)
                    if dp.sampling == "poisson" else
                    fixed_size_batches(n_units, batch_size=max(1, round(dp.sample_rate * n_units)), steps=remaining,
                                       rng=sampler))
         for step, units in enumerate(batches, start=done + 1):
             check_interrupt()
-            idx, groups = _expand(units, offsets, owned)
-            x, y = x_all[idx], y_all[idx]
+            images, groups = _expand(units, offsets, owned)
+            x, y = x_all[images], y_all[images]
+            inputs = x
             unit_ids = torch.from_numpy(groups) if dp.unit == "patient" else None     # image unit: no grouping
-            if augment is not None:            # K copies of each image join its unit's clipping group
-                x, y, unit_ids = augment.expand(x, y, keys[idx], step, unit_ids)
+            if augmenting is not None:         # K copies of each image join its unit's clipping group
+                augment, keys = augmenting
+                inputs, y, unit_ids = augment.expand(x, y, keys[images], step, unit_ids)
             optimizer.zero_grad(set_to_none=True)
-            step_fn(x.to(device), y.to(device), groups=None if unit_ids is None else unit_ids.to(device))
+            step_fn(inputs.to(device), y.to(device), groups=None if unit_ids is None else unit_ids.to(device))
             set_learning_rate(optimizer, cfg, step - 1, dp.steps)
             after_step()
             record = dp_sgd_event if dp.sampling == "poisson" else shuffled_event    # what ran, as it ran
