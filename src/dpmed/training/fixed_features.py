@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from typing import Protocol, runtime_checkable
 
 import torch
 from torch import nn
@@ -26,15 +27,25 @@ from dpmed.interruption import check as check_interrupt
 from dpmed.memory import headroom
 from dpmed.numbers import bytes_text
 
-__all__ = ["FromFixed", "precompute"]
+__all__ = ["FixedFront", "FromFixed", "precompute"]
 
 _log = logging.getLogger(__name__)
+
+
+@runtime_checkable
+class FixedFront(Protocol):
+    """A model with a fixed front end: ``forward(x)`` is ``from_fixed(fixed_features(x))``, and ``fixed_features``
+    has no parameter and treats each image alone (module docstring)."""
+
+    def fixed_features(self, x: torch.Tensor) -> torch.Tensor: ...
+
+    def from_fixed(self, features: torch.Tensor) -> torch.Tensor: ...
 
 
 class FromFixed(nn.Module):
     """``model`` from its fixed features on: the module training runs (its parameters are ``model``'s own)."""
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: FixedFront) -> None:
         super().__init__()
         self.model = model
 
@@ -60,7 +71,7 @@ def precompute(model: nn.Module, x_all: torch.Tensor, *, device: torch.device, c
     thousand images take minutes before the first step, which a silent terminal shows as a hang; a quick one
     (``dpmed plan`` timing a few steps) says nothing. Shares of the work and times only: no count of the training
     images."""
-    if not hasattr(model, "fixed_features") or not len(x_all):
+    if not isinstance(model, FixedFront) or not len(x_all):
         return model, x_all
     first = model.fixed_features(x_all[:1].to(device))
     need = first.element_size() * first.numel() * len(x_all)
