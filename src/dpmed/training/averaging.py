@@ -16,10 +16,20 @@ refuses models whose buffers change; the released model takes the live buffers).
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 import torch
 from torch import Tensor, nn
 
-__all__ = ["ParameterAverage"]
+__all__ = ["ParameterAverage", "AverageState"]
+
+
+class AverageState(TypedDict):
+    """What a checkpoint keeps of an average (`ParameterAverage.state_dict`), to continue it where it stood."""
+
+    decay: float
+    updates: int
+    average: list[Tensor]
 
 
 class ParameterAverage:
@@ -58,17 +68,17 @@ class ParameterAverage:
         for i, avg in zip(self.trainable, self.average):
             params[i].copy_(avg)
 
-    def state_dict(self) -> dict[str, object]:
+    def state_dict(self) -> AverageState:
         return {"decay": self.decay, "updates": self.updates, "average": [a.detach().cpu() for a in self.average]}
 
-    def load_state_dict(self, state: dict[str, object]) -> None:
+    def load_state_dict(self, state: AverageState) -> None:
         """Restore a saved average; one saved before frozen parameters were left out (an average of every
         parameter) is read for its trainable ones."""
-        average: list[Tensor] = state["average"]                                    # type: ignore[assignment]
+        average = state["average"]
         if len(average) == self.n_parameters and len(average) != len(self.average):
             average = [average[i] for i in self.trainable]
         if state["decay"] != self.decay or len(average) != len(self.average):
             raise ValueError("the saved average was made with another decay or model")
         for avg, saved in zip(self.average, average):
             avg.copy_(saved)
-        self.updates = int(state["updates"])                                        # type: ignore[arg-type]
+        self.updates = int(state["updates"])
