@@ -18,6 +18,7 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TypedDict
 
 import numpy as np
 
@@ -30,7 +31,7 @@ from dpmed.data.formats.medmnist import describe_npz_copies, read_medmnist
 from dpmed.data.formats.tables import read_aptos, read_csv_table, read_ham10000
 from dpmed.data.manifest import Manifest
 from dpmed.data.random_processes import make_random_processes
-from dpmed.data.sample import Dataset, ImageSet
+from dpmed.data.sample import Dataset, ImageSet, TaskKind
 from dpmed.data.synthetic import make_phantom
 from dpmed.data.transforms import Preprocessing, center_crop, resize
 from dpmed.errors import DataError
@@ -63,7 +64,7 @@ class DataRequest:
     classes: tuple[str, ...] | None = None
     name: str | None = None
     columns: Mapping[str, str] | None = None
-    task: str | None = None
+    task: TaskKind | None = None
     uncertain: str | None = None
     views: str | None = None
     ordinal: bool | None = None
@@ -109,10 +110,23 @@ class DatasetSource:
     copies: Callable[[DataRequest, Dataset], list[str]] | None = None
 
 
+class _Generated(TypedDict, total=False):
+    """What a generated source's generator is given from the request; what it leaves out keeps the generator's
+    default."""
+
+    seed: int
+    image_size: int
+    n_images: int
+
+
+class _PhantomArguments(_Generated, total=False):
+    task: str
+
+
 def _read_phantom(request: DataRequest) -> Dataset:
-    kwargs = {"seed": request.seed}
-    if request.preprocessing.size is not None:
-        kwargs["image_size"] = _square(request)
+    kwargs: _PhantomArguments = {"seed": request.seed}
+    if (side := _square(request)) is not None:
+        kwargs["image_size"] = side
     if request.n_images is not None:
         kwargs["n_images"] = request.n_images
     if request.task is not None:
@@ -124,18 +138,21 @@ def _read_phantom(request: DataRequest) -> Dataset:
 
 
 def _read_random_processes(request: DataRequest) -> Dataset:
-    kwargs = {"seed": request.seed}
-    if request.preprocessing.size is not None:
-        kwargs["image_size"] = _square(request)
+    kwargs: _Generated = {"seed": request.seed}
+    if (side := _square(request)) is not None:
+        kwargs["image_size"] = side
     if request.n_images is not None:
         kwargs["n_images"] = request.n_images
     _check_generated("random_processes", make_random_processes, kwargs)
     return make_random_processes(**kwargs)
 
 
-def _square(request: DataRequest) -> int:
-    """The side of the square images a generated source draws; DataError where the size asked for is not square
-    (drawn at its height, the images kept that side while the record gave the size asked for)."""
+def _square(request: DataRequest) -> int | None:
+    """The side of the square images a generated source draws, None where no size is asked for (its default);
+    DataError where the size asked for is not square (drawn at its height, the images kept that side while the
+    record gave the size asked for)."""
+    if request.preprocessing.size is None:
+        return None
     height, width = request.preprocessing.size
     if height != width:
         raise DataError(f"source {request.source} generates square images; asked for {height} x {width} px, give "
@@ -143,11 +160,12 @@ def _square(request: DataRequest) -> int:
     return height
 
 
-def _check_generated(source: str, generate: Callable[..., Dataset], kwargs: Mapping[str, object]) -> None:
+def _check_generated(source: str, generate: Callable[..., Dataset], kwargs: _Generated) -> None:
     """Refuse (`dpmed.memory.check_images`) grey images ``generate(**kwargs)`` would make that cannot fit in
     memory, before any is: an n_images of 10**9 filled the memory for minutes, one of 10**23 overflowed NumPy."""
     defaults = inspect.signature(generate).parameters
-    n, size = (kwargs.get(k, defaults[k].default) for k in ("n_images", "image_size"))
+    n = kwargs.get("n_images", defaults["n_images"].default)
+    size = kwargs.get("image_size", defaults["image_size"].default)
     memory.check_images((n, 1, size, size), fix=f"lower n_images (the images source {source} generates) or "
                                                 "image_size, or run on a machine with more memory")
 
@@ -168,11 +186,16 @@ def _read_medmnist(request: DataRequest) -> Dataset:
     return read_medmnist(_path(request))
 
 
-def _from_files(reader: Callable[[DataRequest], Manifest]) -> Callable[[DataRequest], Dataset]:
-    """A file layout's read: its reader's manifest, checked, decoded, cached and split by assembly."""
+def _medmnist_copies(request: DataRequest, dataset: Dataset) -> list[str]:
+    return describe_npz_copies(_path(request), dataset)
+
+
+def _from_files(reader: Callable[[Path, DataRequest], Manifest]) -> Callable[[DataRequest], Dataset]:
+    """A file layout's read: its reader's manifest of the files at the request's path, checked, decoded, cached and
+    split by assembly."""
 
     def read(request: DataRequest) -> Dataset:
-        manifest = reader(request)
+        manifest = reader(_path(request), request)
         rows = len(manifest)
         if request.patients is not None:   # before the split is carved: each cohort's from its own patients
             chosen = np.flatnonzero(in_cohort(manifest.patient_ids, request.patients))
@@ -216,14 +239,14 @@ DATASET_SOURCES: dict[str, DatasetSource] = {
             name="medmnist",
             summary="a MedMNIST v2 2D .npz file with its official splits (no patient ids or demographics)",
             needs_path=True, takes_n_images=False, generates=False, read=_read_medmnist,
-            copies=lambda request, dataset: describe_npz_copies(_path(request), dataset),
+            copies=_medmnist_copies,
             layout="path: the .npz file (e.g. pneumoniamnist.npz)",
         ),
         DatasetSource(
             name="folders",
             summary="image folders: [train|val|test/]<class>/<image> (the Kermany/Kaggle chest_xray layout)",
             needs_path=True, takes_n_images=False, generates=False, reads_files=True,
-            read=_from_files(lambda r: read_image_folders(_path(r), class_names=r.labels)),
+            read=_from_files(lambda path, r: read_image_folders(path, class_names=r.labels)),
             options=_FILE_OPTIONS | {"labels"},
             layout="path: the folder holding train/ and test/ (or one folder per class); labels: class order",
             reads_folder=True, publishes_split=True,
@@ -232,7 +255,7 @@ DATASET_SOURCES: dict[str, DatasetSource] = {
             name="aptos",
             summary="APTOS 2019 diabetic retinopathy: train.csv (id_code, diagnosis 0-4) + train_images/*.png",
             needs_path=True, takes_n_images=False, generates=False, reads_files=True,
-            read=_from_files(lambda r: read_aptos(_path(r))), options=_FILE_OPTIONS,
+            read=_from_files(lambda path, r: read_aptos(path)), options=_FILE_OPTIONS,
             layout="path: the folder holding train.csv and train_images/",
             reads_folder=True,
         ),
@@ -240,7 +263,7 @@ DATASET_SOURCES: dict[str, DatasetSource] = {
             name="chexpert",
             summary="CheXpert: train.csv/valid.csv (Path, Sex, Age, findings 1/0/-1/blank), multilabel",
             needs_path=True, takes_n_images=False, generates=False, reads_files=True,
-            read=_from_files(lambda r: read_chexpert(_path(r), findings=r.labels, uncertain=_uncertain(r),
+            read=_from_files(lambda path, r: read_chexpert(path, findings=r.labels, uncertain=_uncertain(r),
                                                      views=r.views)),
             options=_FINDINGS_OPTIONS,
             layout="path: the release folder (CheXpert-v1.0-small/) holding train.csv, valid.csv and train/",
@@ -250,7 +273,7 @@ DATASET_SOURCES: dict[str, DatasetSource] = {
             name="nih",
             summary="NIH ChestX-ray14: Data_Entry_2017.csv (Finding Labels a|b, Patient ID/Age/Gender), multilabel",
             needs_path=True, takes_n_images=False, generates=False, reads_files=True,
-            read=_from_files(lambda r: read_nih(_path(r), findings=r.labels)), options=_FILE_OPTIONS | {"labels"},
+            read=_from_files(lambda path, r: read_nih(path, findings=r.labels)), options=_FILE_OPTIONS | {"labels"},
             layout="path: the folder holding Data_Entry_2017.csv and images*/ (test_list.txt optional)",
             reads_folder=True, publishes_split=True,
         ),
@@ -258,7 +281,8 @@ DATASET_SOURCES: dict[str, DatasetSource] = {
             name="mimic",
             summary="MIMIC-CXR-JPG: metadata + chexpert label CSVs (split CSV, MIMIC-IV patients.csv optional)",
             needs_path=True, takes_n_images=False, generates=False, reads_files=True,
-            read=_from_files(lambda r: read_mimic(_path(r), findings=r.labels, uncertain=_uncertain(r), views=r.views)),
+            read=_from_files(lambda path, r: read_mimic(path, findings=r.labels, uncertain=_uncertain(r),
+                                                        views=r.views)),
             options=_FINDINGS_OPTIONS,
             layout="path: the mimic-cxr-jpg/2.x.0 folder holding the mimic-cxr-2.0.0-*.csv.gz files and files/",
             reads_folder=True, publishes_split=True,
@@ -267,7 +291,7 @@ DATASET_SOURCES: dict[str, DatasetSource] = {
             name="ham10000",
             summary="HAM10000 dermatoscopy: HAM10000_metadata.csv (lesion_id, image_id, dx, age, sex), split by lesion",
             needs_path=True, takes_n_images=False, generates=False, reads_files=True,
-            read=_from_files(lambda r: read_ham10000(_path(r))), options=_FILE_OPTIONS,
+            read=_from_files(lambda path, r: read_ham10000(path)), options=_FILE_OPTIONS,
             layout="path: the folder holding HAM10000_metadata.csv and HAM10000_images_part_1/, _part_2/",
             reads_folder=True,
         ),
@@ -275,7 +299,7 @@ DATASET_SOURCES: dict[str, DatasetSource] = {
             name="csv",
             summary="a generic CSV: an image path column, label column(s), optional patient/sex/age/split columns",
             needs_path=True, takes_n_images=False, generates=False, reads_files=True,
-            read=_from_files(lambda r: read_csv_table(_path(r), columns=r.columns or {}, labels=r.labels or (),
+            read=_from_files(lambda path, r: read_csv_table(path, columns=r.columns or {}, labels=r.labels or (),
                                                       task=r.task, classes=r.classes, name=r.name)),
             options=_FILE_OPTIONS | {"labels", "classes", "name", "columns", "task"},
             publishes_split=True,
@@ -348,7 +372,7 @@ def load_dataset(*, source: str, path: str | Path | None, image_size: int | None
                  n_images: int | None, aspect: str = "stretch", minmax: bool = False, equalize: bool = False,
                  normalize: tuple[tuple[float, ...], tuple[float, ...]] | None = None,
                  labels: tuple[str, ...] | None = None, classes: tuple[str, ...] | None = None, name: str | None = None,
-                 columns: Mapping[str, str] | None = None, task: str | None = None, uncertain: str | None = None,
+                 columns: Mapping[str, str] | None = None, task: TaskKind | None = None, uncertain: str | None = None,
                  views: str | None = None,
                  ordinal: bool | None = None, split: SplitPlan | None = None, skip_invalid: bool = False,
                  cache_dir: str | Path | None = None) -> Dataset:
