@@ -136,13 +136,20 @@ class PreparedStudy:
 def check_device(study: Study) -> None:
     """A study that asks for a GPU this machine lacks is refused before the data are read, not when each run
     starts, naming the option that asked for it where one did (``--device cuda``: `Study.origin`). Each command
-    checks once: `run_study` for `dpmed run` and a Python caller, `dpmed plan` itself."""
-    if study.training.device == "cuda" and not torch.cuda.is_available():
-        build = "" if torch.version.cuda else f" (this torch {torch.__version__} is built without CUDA)"
-        given = study.origin("training.device")
-        asked = f"{given}: training.device is cuda" if given else "training.device is cuda"
-        raise ConfigError(f"{asked}, but this machine has no CUDA GPU that torch can use{build}; use device cpu or "
-                          "auto (dpmed run --device cpu), or run where a GPU is")
+    checks once: `run_study` for `dpmed run` and a Python caller, `dpmed plan` itself. Public pretraining's own
+    device too: it trains first, after the private and public data are read and the folder is made, and was met
+    there as an internal error."""
+    devices = {"training.device": study.training.device}
+    if study.pretrain is not None:
+        devices["pretrain.training.device"] = study.pretrain.training.device
+    for key, device in devices.items():
+        if device == "cuda" and not torch.cuda.is_available():
+            build = "" if torch.version.cuda else f" (this torch {torch.__version__} is built without CUDA)"
+            given = study.origin(key)
+            asked = f"{given}: {key} is cuda" if given else f"{key} is cuda"
+            how = "dpmed run --device cpu" if key == "training.device" else f"set {key} to cpu or auto"
+            raise ConfigError(f"{asked}, but this machine has no CUDA GPU that torch can use{build}; use device cpu "
+                              f"or auto ({how}), or run where a GPU is")
 
 
 def load_study_data(study: Study) -> Dataset:

@@ -239,6 +239,28 @@ def test_cuda_without_a_gpu_is_refused_before_anything_is_read_or_written(tiny_t
     assert not out.exists()
 
 
+@pytest.mark.parametrize("command", ["run", "plan"])
+def test_public_pretraining_on_a_gpu_this_machine_lacks_is_refused_before_anything_is_read_or_written(
+        tiny_text, tmp_path, capsys, monkeypatch, command):
+    """pretrain.training.device trains the public model first: `run` met it after reading both data sets and
+    making the folder, as an internal error with a traceback, and `plan` not at all."""
+    import dpmed.study
+
+    def read(study):
+        raise AssertionError("the data were read")
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(dpmed.study, "load_study_data", read)
+    text = tiny_text + ("pretrain: {public: a second phantom, data: {source: phantom, seed: 1}, "
+                        "training: {steps: 2, device: cuda}}\n")
+    out = tmp_path / "out"
+    assert main([command, str(_study(tmp_path, text)), "--out", str(out), "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("dpmed: error: pretrain.training.device is cuda, but this machine has no CUDA GPU")
+    assert "set pretrain.training.device to cpu or auto" in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()
+
+
 def test_finished_runs_made_otherwise_are_refused_naming_the_setting_but_not_the_device(tiny_study, tiny_text,
                                                                                        tmp_path, capsys):
     out = _finished_copy(tiny_study, tmp_path)
