@@ -101,8 +101,39 @@ def test_finished_runs_from_other_contents_of_the_same_weights_file_are_refused_
     make_record("base_seed0", "base").model_copy(update={"start": start}).write(folder.run("base_seed0").record)
     assert prepare_start(study, private, folder) == start
     torch.save(build_model("small_cnn", in_channels=1, num_outputs=2, image_size=16, seed=2).state_dict(), weights)
-    with pytest.raises(ConfigError, match=re.escape(f"base_seed0 (started from {weights}, trained all, sha256 "
-                                                    f"{start.sha256}: other contents than the file holds now)")):
+    with pytest.raises(ConfigError, match=re.escape(f"started from other contents of model.weights ({weights}) than "
+                                                    f"the file holds now (sha256 {file_sha256(weights)}): base_seed0 "
+                                                    f"(sha256 {start.sha256}); restore the file")):
+        prepare_start(study, private, folder)
+
+
+def test_finished_runs_pretrained_from_other_contents_of_model_weights_are_refused_before_the_public_data_are_read(
+        private, tmp_path, make_record, monkeypatch):
+    """With public pretraining, other bytes in model.weights were met only after the public set was read and checked
+    for overlap (minutes on a large one), and the refusal named the cached pretrained weights, not the file that
+    changed. The hash the runs' pretraining started from tells it first, as `dpmed status` tells it; the same file
+    refuses nothing."""
+    import dpmed.pretraining
+
+    weights = tmp_path / "model.pt"
+    torch.save(build_model("small_cnn", in_channels=1, num_outputs=2, image_size=16, seed=1).state_dict(), weights)
+    study = _study(model={"name": "small_cnn", "weights": str(weights), "weights_source": "the phantom"},
+                   pretrain=PUBLIC)
+    folder = StudyFolder(tmp_path / "out")
+    start = prepare_start(study, private, folder)
+    assert start.given_sha256 == file_sha256(weights)
+    folder.run("base_seed0").public.mkdir(parents=True)
+    make_record("base_seed0", "base").model_copy(update={"start": start}).write(folder.run("base_seed0").record)
+    assert prepare_start(study, private, folder) == start
+    torch.save(build_model("small_cnn", in_channels=1, num_outputs=2, image_size=16, seed=2).state_dict(), weights)
+
+    def read(request):
+        raise AssertionError("the public data were read")
+
+    monkeypatch.setattr(dpmed.pretraining, "read_dataset", read)
+    with pytest.raises(ConfigError, match=re.escape(f"model.weights ({weights}) (through public pretraining) than "
+                                                    f"the file holds now (sha256 {file_sha256(weights)}): base_seed0 "
+                                                    f"(sha256 {start.given_sha256})")):
         prepare_start(study, private, folder)
 
 

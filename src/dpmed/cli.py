@@ -344,7 +344,7 @@ def _plan(args: argparse.Namespace) -> int:
         from dpmed.executors import check_executor_options
         from dpmed.models.installation import check_torchvision, needs_torchvision
         from dpmed.plan_command import print_plan
-        from dpmed.pretraining import check_weights
+        from dpmed.pretraining import check_weights, refuse_changed_weights
         from dpmed.study import check_device, checkpoints_of, estimate_times, prepare_study
 
         check_executor_options(args.executor, workers=args.workers, address=args.address)   # as `run` would
@@ -354,6 +354,7 @@ def _plan(args: argparse.Namespace) -> int:
         if needs_torchvision(study):
             check_torchvision()
         prepared = prepare_study(study, out=args.out)
+        refuse_changed_weights(study, prepared.folder)     # as `dpmed run` does, before it reads the weights
         check_weights(study, prepared.dataset)
         if not args.no_estimate and prepared.todo:
             _log.info("estimating the study's time: timing a few steps of each kind of run (--no-estimate skips this)")

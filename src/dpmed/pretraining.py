@@ -57,7 +57,7 @@ from dpmed.records import PretrainRecord, StartRecord, read_pretrain_record, rea
 from dpmed.training import resolve_device, run_threads, torch_threads, train
 
 __all__ = ["check_weights", "describe_start", "prepare_start", "pretrain", "pretrain_folder", "public_request",
-           "refuse_other_starts"]
+           "refuse_changed_weights", "refuse_other_starts"]
 
 _log = logging.getLogger(__name__)
 _WEIGHTS = "weights.pt"     # the weights' file name in a cache entry, which its pretrain.json names them by
@@ -294,21 +294,44 @@ def _start_text(start: StartRecord | None) -> str:
 
 
 def _refuse_clashes(folder: StudyFolder, same: Callable[[StartRecord | None], bool], now: str) -> None:
-    """ConfigError naming the finished runs in ``folder`` whose start ``same`` rejects (``now``: this study's). One
-    told as ``now`` is (the same file, trained alike) started from other contents of it: said so, as `dpmed status`
-    says it, or the message named the same start twice."""
+    """ConfigError naming the finished runs in ``folder`` whose start ``same`` rejects (``now``: this study's)."""
     clashes = []
     for run_id in folder.finished_run_ids():
         before = read_record(folder.run(run_id).record).start
         if not same(before):
-            told = _start_text(before)
-            if told == now and before is not None and before.sha256 is not None:
-                told += f", sha256 {before.sha256}: other contents than the file holds now"
-            clashes.append(f"{run_id} (started from {told})")
+            clashes.append(f"{run_id} (started from {_start_text(before)})")
     if clashes:
         raise ConfigError(f"{len(clashes)} finished run(s) in {folder.root} started from other weights than this "
                           f"study now does ({now}): {'; '.join(clashes[:4])}; use another output folder (--out), or "
                           f"delete those runs to retrain them {RETRAIN_NOTE}")
+
+
+def refuse_changed_weights(study: Study, folder: StudyFolder, sha: str | None = None) -> None:
+    """ConfigError naming the finished runs in ``folder`` that started from other contents of the study's
+    ``model.weights`` file than it holds now (``sha``: its sha256, where the caller has it), directly or through
+    public pretraining as the study does now, told by the hash the start recorded (`StartRecord.given_sha256`), as
+    `dpmed status` tells them. One hash of a local file: `prepare_start` checks it before public pretraining reads
+    the public images and checks them for overlap (minutes on a large set; the message named only the cache entries
+    then, not the file that changed), and `dpmed plan`, which trains nothing, listed such runs as done. A start this
+    cannot tell (an older dpmed's pretraining record keeps no hash; a start of the other kind) is left to
+    `refuse_other_starts`."""
+    weights = study.model.weights
+    if weights is None:
+        return
+    sha = sha or hash_weights(weights)
+    pretrained = study.pretrain is not None
+    clashes = []
+    for run_id in folder.finished_run_ids():
+        before = read_record(folder.run(run_id).record).start
+        if before is not None and (before.pretraining is not None) == pretrained and \
+                before.given_sha256 not in (None, sha):
+            clashes.append(f"{run_id} (sha256 {before.given_sha256})")
+    if clashes:
+        how = " (through public pretraining)" if pretrained else ""
+        raise ConfigError(f"{len(clashes)} finished run(s) in {folder.root} started from other contents of "
+                          f"model.weights ({weights}){how} than the file holds now (sha256 {sha}): "
+                          f"{'; '.join(clashes[:4])}; restore the file, use another output folder (--out), or delete "
+                          f"those runs to retrain them {RETRAIN_NOTE}")
 
 
 def refuse_other_starts(folder: StudyFolder, start: StartRecord | None) -> None:
@@ -375,6 +398,7 @@ def prepare_start(study: Study, dataset: Dataset, folder: StudyFolder, *, progre
     weights, sha, trained_on, record = None, None, None, None
     if config.weights is not None:
         weights, sha, trained_on = config.weights, hash_weights(config.weights), config.weights_source
+        refuse_changed_weights(study, folder, sha)     # before pretraining reads and checks the public images
     if study.pretrain is not None:
         record = pretrain(study, dataset, folder, progress=progress)
         weights, sha = Path(record.weights), record.sha256

@@ -261,6 +261,29 @@ def test_public_pretraining_on_a_gpu_this_machine_lacks_is_refused_before_anythi
     assert not out.exists()
 
 
+def test_plan_refuses_finished_runs_started_from_other_contents_of_model_weights_as_run_and_status_tell_them(
+        tiny_text, tmp_path, capsys):
+    """Other bytes in the model.weights file: `dpmed status` says the next `dpmed run` refuses the study, and it does,
+    while `dpmed plan` listed the runs as done and said run "would only rewrite the report"."""
+    from dpmed.models import build_model
+
+    weights = tmp_path / "w.pt"
+    torch.save(build_model("small_cnn", in_channels=1, num_outputs=2, image_size=16, seed=1).state_dict(), weights)
+    text = tiny_text.replace("  - {name: dp, mechanism: dp_sgd, target_epsilon: 8}\n", "") + \
+        f"model: {{name: small_cnn, weights: {weights}, weights_source: a test}}\n"
+    study, out = str(_study(tmp_path, text)), str(tmp_path / "out")
+    assert main(["run", study, "--out", out, "--no-progress"]) == 0
+    assert main(["plan", study, "--out", out, "--no-estimate"]) == 0
+    capsys.readouterr()
+    torch.save(build_model("small_cnn", in_channels=1, num_outputs=2, image_size=16, seed=2).state_dict(), weights)
+    assert main(["status", str(tmp_path / "out" / "tiny")]) == 0
+    assert "the next `dpmed run` refuses the study" in capsys.readouterr().out
+    said = f"started from other contents of model.weights ({weights}) than the file holds now"
+    for command in (["plan", study, "--out", out, "--no-estimate"], ["run", study, "--out", out, "--no-progress"]):
+        assert main(command) == 2
+        assert said in capsys.readouterr().err
+
+
 def test_finished_runs_made_otherwise_are_refused_naming_the_setting_but_not_the_device(tiny_study, tiny_text,
                                                                                        tmp_path, capsys):
     out = _finished_copy(tiny_study, tmp_path)
