@@ -49,7 +49,7 @@ from dpmed.randomness import PrivacyRandomness, RandomnessMode, SavedKey, public
 from dpmed.records import AttackRecord, AuditSummary, DataSummary, RunRecord, StartRecord, Timing
 from dpmed.training import resolve_device, run_threads, torch_threads, train
 
-__all__ = ["RunContext", "run_one", "start_model"]
+__all__ = ["RunContext", "run_one", "start_model", "continues"]
 
 N_EXAMPLES = 4
 
@@ -130,6 +130,30 @@ def _why_not_continued(saved: SavedKey | None, weights: str | None) -> str:
     return made_otherwise(saved.attempt) or "made with other settings or data"
 
 
+def _serves(saved: SavedKey | None, attempt: str) -> bool:
+    """Whether the key file ``saved`` serves ``attempt``: a bare hash equal to its own is an older dpmed's attempt of
+    the same settings and data, which continues."""
+    return saved is not None and saved.attempt in (attempt, attempt.partition(":")[2])
+
+
+def _settings_agree(saved: SavedKey, shown: str | None) -> bool:
+    """A settings' fingerprint that is not this run's beside this attempt's: `dpmed status` says "other settings",
+    so the key file is damaged and serves no attempt."""
+    return None in (saved.settings, shown) or saved.settings == shown
+
+
+def continues(plan: RunPlan, context: RunContext, folder: RunFolder) -> bool:
+    """Whether the run's checkpoint continues (the test `_privacy_randomness` makes, which reads and changes nothing
+    here): `dpmed run`'s time left counts such a run for the steps after its checkpoint only. `dpmed status` and
+    `dpmed plan` tell it on the condition that the training data and a pretrained start are unchanged, which they do
+    not read; `dpmed run` has both, and a checkpoint they fail trains all its steps."""
+    if not folder.checkpoint.is_file():
+        return False
+    saved = saved_key(folder.privacy_key, context.privacy_randomness)
+    shown = None if context.study is None else plan.fingerprint(context.study)
+    return saved is not None and _serves(saved, _attempt(plan, context)) and _settings_agree(saved, shown)
+
+
 def _privacy_randomness(plan: RunPlan, context: RunContext, folder: RunFolder) -> PrivacyRandomness:
     """Secure: a fresh key, kept in the private folder (owner-only) until the run finishes, so that an interrupted
     run continues with the same draws (a second, different perturbation of the same images would be a second
@@ -143,10 +167,8 @@ def _privacy_randomness(plan: RunPlan, context: RunContext, folder: RunFolder) -
     weights = None if context.start is None else context.start.given_sha256
     saved = saved_key(folder.privacy_key, mode)
     shown = None if context.study is None else plan.fingerprint(context.study)
-    # a bare hash equal to this one's is an older dpmed's attempt of the same settings and data: it continues
-    same = saved is not None and saved.attempt in (attempt, attempt.partition(":")[2])
-    # a settings' fingerprint that is not this run's beside this attempt's: `dpmed status` says "other settings"
-    if same and (None in (saved.settings, shown) or saved.settings == shown):
+    same = _serves(saved, attempt)
+    if saved is not None and same and _settings_agree(saved, shown):
         return saved.randomness
     if folder.checkpoint.is_file():     # `dpmed status` may have shown it as continuing: say why it does not
         why = ("the settings' fingerprint in its privacy key file is not this run's, beside this run's attempt "

@@ -53,7 +53,7 @@ from dpmed.progress import StudyProgress
 from dpmed.records import DatasetSummary, ResolvedStudy, RunRecord, StudyPrivacy, read_record, read_timing
 from dpmed.released_size import COUNT_CONFIDENCE, count_is_rough, count_margin, keep_sizes, needed_sizes, release_sizes
 from dpmed.resumption import attributes_fingerprint, data_fingerprints, finished_runs, randomness_of
-from dpmed.run import RunContext, reevaluate
+from dpmed.run import RunContext, continues, reevaluate
 from dpmed.states import checkpoints_told, counts_shown, read_resolved
 from dpmed.suitability import check_classes, check_fit, check_patients
 from dpmed.timing import Rates, probe_rates
@@ -586,9 +586,14 @@ def _run_study(study: Study, *, out: Path | str, progress: bool, executor: str, 
             else:
                 _log.info("[%d/%d] %s: finished earlier, skipped", order[run_id], len(plans), run_id)
         todo = [RunTask(plan, folder.run(plan.run_id)) for plan in prepared.todo]
+        # a checkpoint that status and plan tell as continuing if the training data and a pretrained start are
+        # unchanged, which run alone can check: one that fails it trains all its steps
+        plans_by_id = {plan.run_id: plan for plan in prepared.todo}
         tracker = StudyProgress(total=len(plans), earlier=len(prepared.finished), todo=prepared.todo,
                                 n_train=len(dataset.train), workers=workers if executor == "local" else len(todo) or 1,
-                                n_patients=dataset.train.n_patients, steps_left=checkpoints_of(prepared).steps_left)
+                                n_patients=dataset.train.n_patients,
+                                steps_left={run_id: left for run_id, left in checkpoints_of(prepared).steps_left.items()
+                                            if continues(plans_by_id[run_id], context, folder.run(run_id))})
 
         def on_outcome(task: RunTask, outcome: RunRecord | RunFailure) -> None:
             outcomes[task.plan.run_id] = outcome

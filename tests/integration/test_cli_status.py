@@ -430,26 +430,38 @@ def test_plan_says_what_the_next_run_does_with_an_interrupted_run_s_checkpoint(t
     _run_as_told(line, path, out, caplog, afresh, against="the study file's")
 
 
+@pytest.mark.parametrize("data_changed", [False, True])
 def test_run_s_time_left_counts_a_continued_run_s_steps_after_its_checkpoint(tiny_text, tmp_path, caplog,
-                                                                              monkeypatch):
+                                                                              monkeypatch, data_changed):
     """`dpmed run`'s progress line after a run estimated a run still to come that continues from its checkpoint for
     all its 12 steps, where `dpmed plan` counted the steps after the checkpoint only. Its DP-SGD run stopped after
     its first checkpoint and its plain run added before it, the line after the plain run now counts the steps the
-    checkpoint leaves (the rate fixed at 1 s a step, no evaluation)."""
+    checkpoint leaves (the rate fixed at 1 s a step, no evaluation). A checkpoint of an attempt on other training data
+    (its key file's attempt fingerprint another, its settings' the same: what status and plan cannot tell) trains
+    all its 12 steps, and is counted so."""
+    from dpmed.folders import StudyFolder
     from dpmed.timing import Rates, StepKind
 
     path, out = tmp_path / "s.yaml", tmp_path / "out"
     path.write_text(tiny_text.replace("  - {name: base, mechanism: none}\n", ""))
     _stop_after_the_first_checkpoint(path, out, monkeypatch)
+    if data_changed:
+        key = StudyFolder(out / "tiny").run("dp_eps8_C1_seed0").privacy_key
+        saved = json.loads(key.read_text())
+        key.write_text(json.dumps({**saved, "attempt": f"{saved['attempt'].partition(':')[0]}:{'ab' * 32}"}))
     path.write_text(tiny_text)
     fixed = Rates(per_step={StepKind(True, 1, 1, "dpmed", 1, "cpu"): 1.0}, evaluation=0.0)
     monkeypatch.setattr(Rates, "from_runs", classmethod(lambda cls, *args, **kwargs: fixed))
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="dpmed"):
         assert main(["run", str(path), "--out", str(out), "--no-progress"]) == 0
+    [line] = [m for m in caplog.messages if m.startswith("study: 1 of 2 runs done")]
+    if data_changed:
+        assert "dp_eps8_C1_seed0: its checkpoint cannot continue (made with other settings or data)" in caplog.text
+        assert line.endswith("about 0:12 left"), line
+        return
     [(done, of)] = re.findall(r"dp_eps8_C1_seed0: .*continues from its checkpoint at step (\d+) of (\d+)",
                               caplog.text)
-    [line] = [m for m in caplog.messages if m.startswith("study: 1 of 2 runs done")]
     assert 0 < int(done) < int(of) == 12 and line.endswith(f"about 0:{12 - int(done):02d} left"), (done, line)
 
 
