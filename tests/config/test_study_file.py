@@ -595,6 +595,16 @@ def test_the_keys_a_section_made_by_an_override_lacks_are_blamed_on_the_override
                                             "  - pretrain.public: required key is missing"]
 
 
+def test_an_override_inside_a_section_an_override_gave_leaves_the_callers_mapping_as_it_was(write_study):
+    """Before: load_study(path, {"training": {"steps": 2}, "training.batch_size": 32}) wrote batch_size into the
+    caller's {"steps": 2}: a second load_study with the same overrides then held it there, whatever followed."""
+    section = {"steps": 2}
+    overrides = {"training": section, "training.batch_size": 32}
+    study = load_study(write_study(GOOD), overrides)
+    assert study.training.steps == 2 and study.training.batch_size == 32
+    assert section == {"steps": 2} and overrides == {"training": {"steps": 2}, "training.batch_size": 32}
+
+
 def test_a_mapping_key_that_is_a_number_is_written_with_a_dot_and_a_list_item_with_brackets(write_study):
     """Before: --set training.5=3 answered "training[5]: unknown key", as if training were a list."""
     with pytest.raises(ConfigError) as info:

@@ -8,6 +8,7 @@ What the schema refuses is worded by `dpmed.config.problems`.
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 import re
@@ -356,7 +357,9 @@ def load_study(path: str | Path | None = None, overrides: Mapping[str, Any] | No
                           "run), not a study file; its 'study:' section is the study as run: copy that section's "
                           "keys to the top of a new file to run it again, or pass the study folder to dpmed report "
                           "or dpmed status")
-    applied = {key: _apply(raw, key, value, origins[key]) for key, value in overrides.items()}
+    # each value copied: a later override of a key inside it (training.batch_size after training={...}) would else
+    # write into the caller's own mapping
+    applied = {key: _apply(raw, key, copy.deepcopy(value), origins[key]) for key, value in overrides.items()}
     # keyed by the path as set, list items by index: a problem's location names an arm by its index
     created = {at: made for made, at in applied.values()}
     origins = {applied[key][1]: origin for key, origin in origins.items()}
