@@ -105,7 +105,8 @@ def _study_arguments(p: argparse.ArgumentParser) -> None:
                         "path given with --set) is read from the current directory (a relative data.path, from the "
                         "study file's folder)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a study key, e.g. --set training.epochs=2 (repeatable)")
+                   help="override a study key, e.g. --set training.epochs=2 (repeatable, applied in order; a "
+                        "section's, e.g. training={...}, replaces the file's whole section)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"),
                    help="where runs train, overriding training.device (auto: a CUDA GPU if torch sees one); it "
                         "changes no result, so finished runs are kept")

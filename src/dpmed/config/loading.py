@@ -357,6 +357,7 @@ def load_study(path: str | Path | None = None, overrides: Mapping[str, Any] | No
                           "run), not a study file; its 'study:' section is the study as run: copy that section's "
                           "keys to the top of a new file to run it again, or pass the study folder to dpmed report "
                           "or dpmed status")
+    in_file = copy.deepcopy(raw)      # the file's own keys, which an override of a whole section may drop
     # each value copied: a later override of a key inside it (training.batch_size after training={...}) would else
     # write into the caller's own mapping
     applied = {key: _apply(raw, key, copy.deepcopy(value), origins[key]) for key, value in overrides.items()}
@@ -375,12 +376,82 @@ def load_study(path: str | Path | None = None, overrides: Mapping[str, Any] | No
     except ValueError as exc:
         raise ConfigError(f"study file {path}: {exc}") from None
     study = study.given_with(origins, from_file=True)
+    _tell_sections_replaced(in_file, raw, overrides, {key: at for key, (_, at) in applied.items()}, origins, path)
     _tell_settings_turned_off(study, path)
     try:
         return _with_paths_resolved(study, path)
     except (OSError, ValueError) as exc:   # a name too long for the file system, a NUL byte in it
         raise ConfigError(f"study file {path}: a path in it cannot be used ({exc}); fix data.path, model.weights "
                           "or pretrain.data.path") from None
+
+
+def _node_at(raw: Any, path: list[str]) -> Any:
+    """What ``raw`` holds at ``path`` (keys, a list item by its index as text), or None where nothing is."""
+    for part in path:
+        if isinstance(raw, dict):
+            raw = raw.get(part)
+        elif isinstance(raw, list) and part.isdigit() and int(part) < len(raw):
+            raw = raw[int(part)]
+        else:
+            return None
+    return raw
+
+
+def _keys_dropped(in_file: dict, now: dict, later: set[str], prefix: str = "") -> list[str]:
+    """The dotted keys (after ``prefix``) of ``in_file``, a section of the study file, that ``now`` (the section once
+    every override is applied) no longer holds, inside the subsections both hold too, save those a ``later`` override
+    (by their dotted key) replaced: that one is told for them, if anything is."""
+    dropped = []
+    for key, value in in_file.items():
+        if key not in now:
+            dropped.append(f"{prefix}{key}")
+        elif isinstance(value, dict) and isinstance(now[key], dict) and f"{prefix}{key}" not in later:
+            dropped += _keys_dropped(value, now[key], later, f"{prefix}{key}.")
+    return dropped
+
+
+def _shown(value: Any) -> str:
+    """``value`` as it would be typed after --set KEY= (YAML on one line)."""
+    return yaml.safe_dump(value, default_flow_style=True, width=math.inf).removesuffix("\n...\n").strip()
+
+
+def _tell_sections_replaced(in_file: dict, raw: dict, overrides: Mapping[str, Any], applied: Mapping[str, str],
+                            origins: Mapping[str, str], path: Path) -> None:
+    """Warn of each override that replaced a section of the study file with one lacking keys the file gave
+    (``--set training={steps: 2}`` over the file's ``training: {batch_size: 32}``): an override of a section replaces
+    it, as YAML would, so the file's batch size went back to the default and q doubled without a word. Not refused:
+    replacing a section may be meant. ``applied``: each override's key as set, list items by index. Told once per
+    section, by the last override that replaced it, of the keys no override gave again (a later ``--set
+    training.batch_size=32`` keeps batch_size); ``origins`` are keyed as ``applied``. Not where an earlier override
+    replaced a section holding it (the file had no say there), nor for a list replaced whole or a section set to
+    null (left at its defaults, as meant)."""
+    keys = list(overrides)
+    for i, key in enumerate(keys):
+        at = applied[key].split(".")
+
+        def holds(other: str) -> bool:     # the setting of `other` (as applied) replaces the one at `at`, or holds it
+            return at[:len(other.split("."))] == other.split(".")
+
+        file_section, now = _node_at(in_file, at), _node_at(raw, at)
+        if (not isinstance(overrides[key], dict) or not isinstance(file_section, dict) or not isinstance(now, dict)
+                or any(holds(applied[later]) for later in keys[i + 1:])
+                or any(holds(applied[earlier]) and applied[earlier] != applied[key] for earlier in keys[:i])):
+            continue
+        inside = applied[key] + "."
+        dropped = _keys_dropped(file_section, now, {applied[k].removeprefix(inside) for k in keys[i + 1:]
+                                                    if applied[k].startswith(inside)})
+        if not dropped:
+            continue
+        given, value = origins[applied[key]], overrides[key]
+        # the example: a key the new section changes (not the arm's name it repeats), else any of it
+        name, example = next(((k, v) for k, v in value.items() if file_section.get(k) != v),
+                             next(iter(value.items()), ("KEY", "VALUE")))
+        how = (f"--set {key}.{name}={_shown(example)}" if given.startswith("--set ") else
+               f"the override {{'{key}.{name}': {example!r}}}")
+        _log.warning("%s (with study file %s): replaces the study file's whole %s section, so the file's %s %s "
+                     "dropped (back to %s); to change one key and keep the file's others, give that key "
+                     "alone, e.g. %s", given, path, key, ", ".join(dropped), "is" if len(dropped) == 1 else "are",
+                     "its default" if len(dropped) == 1 else "their defaults", how)
 
 
 def _tell_settings_turned_off(study: schema.Study, path: Path) -> None:
