@@ -8,7 +8,7 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dpmed.numbers import bytes_text, epsilon_text, number_text, round_down
+from dpmed.numbers import bytes_text, epsilon_text, number_text, percent_interval_text, round_down
 
 POSITIVE = st.floats(min_value=1e-300, max_value=1e300, allow_nan=False, allow_infinity=False)
 
@@ -110,3 +110,18 @@ def test_rounding_down_zero_gives_zero_not_minus_zero():
     """A lower bound of 0 formatted after rounding down must read "0.0", not "-0.0"."""
     assert f"{round_down(0.0):.1f}" == "0.0" and f"{round_down(-0.0):.1f}" == "0.0"
     assert round_down(2.7) == 2.0 and round_down(-2.3) == -3.0 and round_down(3.0000000000001) == 3.0
+
+
+RATES = st.floats(min_value=0, max_value=1, allow_nan=False)
+
+
+@settings(max_examples=300, deadline=None)
+@given(RATES, RATES)
+def test_a_rate_interval_is_shown_outward_by_at_most_a_tenth_of_a_percent(a, b):
+    """The attack's interval (the report's table and the terminal line): never narrower than computed."""
+    low, high = min(a, b), max(a, b)
+    shown_low, shown_high = (float(end.strip(" %")) / 100 for end in percent_interval_text(low, high)[1:-1].split(","))
+    # the last bits of binary rounding forgiven: a billionth of the last figure shown (round_up)
+    assert low - 0.001 * (1 + 1e-9) <= shown_low <= low + 1e-11
+    assert high - 1e-11 <= shown_high <= high + 0.001 * (1 + 1e-9)
+    assert percent_interval_text(0.00054, 0.0194) == "[0.0%, 2.0%]" and percent_interval_text(0, 1) == "[0.0%, 100.0%]"

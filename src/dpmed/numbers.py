@@ -10,7 +10,7 @@ import math
 from typing import Any
 
 __all__ = ["count_text", "number_text", "epsilon_text", "delta_text", "delta_number", "bytes_text", "shape_text",
-           "up_to_figures", "round_up", "round_down", "confidence_text"]
+           "up_to_figures", "round_up", "round_down", "confidence_text", "percent_interval_text"]
 
 
 def count_text(count: int, noun: str) -> str:
@@ -117,6 +117,13 @@ def confidence_text(level: float, *, up: bool = False) -> str:
     percent made 0.999 read "100%", a certainty no finite count of trials gives, and 0.975 read "98%". ``up``: an
     error rate (1 - a level), which is never shown smaller than it is."""
     return f"{number_text(100.0 * level, 4, up=up, down=not up)}%"
+
+
+def percent_interval_text(low: float, high: float) -> str:
+    """An interval on a rate as percentages with one decimal, rounded outward, "[0.0%, 2.0%]": to nearest, 0.054 %
+    to 1.94 % read "[0.1%, 1.9%]", narrower than the interval computed. The report and the terminal write the
+    attack's success so."""
+    return f"[{round_down(1000 * low) / 10:.1f}%, {round_up(1000 * high) / 10:.1f}%]"
 
 
 def bytes_text(n: int) -> str:

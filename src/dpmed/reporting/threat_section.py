@@ -18,7 +18,7 @@ from matplotlib.figure import Figure
 
 from dpmed import accounting
 from dpmed.evaluation.proportions import clopper_pearson
-from dpmed.numbers import confidence_text, round_down
+from dpmed.numbers import confidence_text, percent_interval_text
 from dpmed.mechanisms import ReconstructionRecord
 from dpmed.records import AttackRecord, RunRecord
 from dpmed.reporting.figures import png_bytes
@@ -82,16 +82,11 @@ def _threshold_text(threshold: float) -> str:
     return f"{math.floor(threshold * 1000) / 1000:.3f}"
 
 
-def _interval_text(low: float, high: float) -> str:
-    """An interval on a rate as percentages with one decimal, rounded outward: to nearest, 0.054 % to 1.94 % read
-    "[0.1%, 1.9%]", narrower than the interval computed; outward it reads "[0.0%, 2.0%]"."""
-    return f"[{round_down(1000 * low) / 10:.1f}%,\u00a0{bound_percent(high, 1)}]"
-
-
 def _attack_cell(r: RunRecord, a: AttackRecord) -> str:
     """The attack's success with its interval and criterion, and what it says against chance and the bounds; ``a``:
     ``r``'s attack."""
-    cell = (f"{a.rate:.1%} {_interval_text(a.rate_low, a.rate_high)}<br>"
+    interval = percent_interval_text(a.rate_low, a.rate_high).replace(" ", "\u00a0")    # one line in its cell
+    cell = (f"{a.rate:.1%} {interval}<br>"
             f"<small>{a.n_success} of {a.n_trials} images ({a.n_batches} batches of {a.batch_size}) at SSIM "
             f"&ge;\u00a0{_threshold_text(a.threshold)}</small>")
     if a.rate_low <= a.chance_rate:
