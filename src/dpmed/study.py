@@ -46,11 +46,11 @@ from dpmed.interruption import interruptible
 from dpmed.mechanisms import DpSgdPlan, PlanContext, PrivacyCard, mechanism_info, patient_guarantee
 from dpmed.mechanisms.base import refuse_vacuous_delta
 from dpmed.models.installation import check_torchvision, needs_torchvision
-from dpmed.numbers import count_text, shape_text
+from dpmed.numbers import confidence_text, count_text, percent_interval_text, shape_text
 from dpmed.outputs import write_outputs
 from dpmed.pretraining import prepare_start
 from dpmed.progress import StudyProgress
-from dpmed.records import DatasetSummary, ResolvedStudy, RunRecord, StudyPrivacy, read_record, read_timing
+from dpmed.records import AttackRecord, DatasetSummary, ResolvedStudy, RunRecord, StudyPrivacy, read_record, read_timing
 from dpmed.released_size import COUNT_CONFIDENCE, count_is_rough, count_margin, keep_sizes, needed_sizes, release_sizes
 from dpmed.resumption import attributes_fingerprint, data_fingerprints, finished_runs, randomness_of
 from dpmed.run import RunContext, continues, reevaluate
@@ -538,6 +538,17 @@ def _tell_audit(tag: str, folder: RunFolder) -> None:
         _log.warning("%s: private audit record %s, so its result is not shown%s", tag, audit, kept)
 
 
+def _tell_attack(tag: str, attack: AttackRecord) -> None:
+    """Log the imprint attack's success rate with its interval and the chance rate, as run.json and the report's
+    threat section give them: they were told only there, while an audit's result is told as its run ends. Nothing
+    new leaves the run: the rate is of held-out test images (`dpmed.attack.ATTACKED`), already in run.json."""
+    verdict = "; not above chance" if attack.rate_low <= attack.chance_rate else ""
+    _log.info("%s: reconstruction attack success %s %s (%s CI; %d of %d held-out test images), chance %s%s", tag,
+              format(attack.rate, ".1%"), percent_interval_text(attack.rate_low, attack.rate_high),
+              confidence_text(attack.ci_level), attack.n_success, attack.n_trials, format(attack.chance_rate, ".1%"),
+              verdict)
+
+
 def _bars_shown() -> bool:
     isatty = getattr(sys.stderr, "isatty", None)     # stderr is None under pythonw
     return bool(isatty and isatty()) or "ipykernel" in sys.modules
@@ -606,6 +617,8 @@ def _run_study(study: Study, *, out: Path | str, progress: bool, executor: str, 
                           outcome.privacy.statement)
                 if task.folder.audit.is_file():   # shown to the user, never written to a shareable file
                     _tell_audit(tag, task.folder)
+                if outcome.attack is not None:
+                    _tell_attack(tag, outcome.attack)
                 # now, not only when the command ends: a kill -9 skips that, and a finished run's files would keep
                 # wall times telling how long it trained (`StudyFolder.settle_times`); the end retries what fails
                 with contextlib.suppress(OSError):

@@ -114,3 +114,51 @@ def test_a_reproducible_study_attacks_with_the_same_noise_every_time(tmp_path):
         attacks.append(read_record(folder.run("dp_sigma0.05_C1_seed0").record).attack)
     assert attacks[0].mean_best_ssim is not None and 0 < attacks[0].mean_best_ssim < 1
     assert attacks[0] == attacks[1]
+
+
+def test_the_attack_s_result_is_told_on_the_terminal_as_run_json_gives_it(tmp_path, capsys):
+    """Before: an audit's result was told as its run ended, the attack's only in run.json and the report."""
+    import re
+
+    (tmp_path / "s.yaml").write_text(
+        "name: told\ndata: {source: phantom, n_images: 300, image_size: 16}\n"
+        "training: {epochs: 1, batch_size: 16, threads: 1}\n"
+        "evaluation: {bootstrap_resamples: 20, fairness: null, explanations: null, confidence: 0.9}\n"
+        "arms:\n  - {name: open, mechanism: dp_sgd, noise_multiplier: 1.0e-9, privacy_unit: image, "
+        "attack: {batches: 1}}\n")
+    assert main(["run", str(tmp_path / "s.yaml"), "--out", str(tmp_path / "out"), "--no-progress"]) == 0
+    folder = StudyFolder(tmp_path / "out" / "told")
+    attack = read_record(folder.run("open_sigma1e-09_C1_seed0").record).attack
+    told = [line for line in capsys.readouterr().err.splitlines() if "attack success" in line]
+    assert len(told) == 1, told
+    found = re.fullmatch(r"\[1/1\] open_sigma1e-09_C1_seed0: reconstruction attack success ([\d.]+)% \[([\d.]+)%, "
+                         r"([\d.]+)%\] \(90% CI; (\d+) of (\d+) held-out test images\), chance ([\d.]+)%(.*)", told[0])
+    assert found, told[0]
+    rate, low, high, chance = (float(found[i]) / 100 for i in (1, 2, 3, 6))
+    assert rate == pytest.approx(attack.rate, abs=5.1e-4) and chance == pytest.approx(attack.chance_rate, abs=5.1e-4)
+    assert attack.rate_low - 0.001 <= low <= attack.rate_low <= attack.rate_high <= high <= attack.rate_high + 0.001
+    assert (int(found[4]), int(found[5])) == (attack.n_success, attack.n_trials) and attack.n_trials == 16
+    assert found[7] == ("; not above chance" if attack.rate_low <= attack.chance_rate else "")
+    # the same line in the study's log, which is private
+    assert told[0] in folder.log.read_text()
+
+
+def test_an_attack_not_above_chance_is_told_so_as_the_report_tells_it(caplog):
+    """The report's rule: a rate whose interval reaches down to the chance rate is not above chance."""
+    import logging
+
+    from dpmed.records import AttackRecord
+    from dpmed.study import _tell_attack
+
+    record = AttackRecord(structure="sparse", n_bins=8, batch_size=4, n_batches=2, grouped=False, threshold=0.8,
+                          threshold_quantile=0.99, n_trials=8, n_success=1, rate=0.125, rate_low=0.0064,
+                          rate_high=0.47, ci_level=0.95, batch_rate=0.5, chance_rate=0.125, mean_best_ssim=None,
+                          mean_best_ncc=None, attacked="held-out test images")
+    with caplog.at_level(logging.INFO, logger="dpmed.study"):
+        _tell_attack("[2/3] dp_seed0", record)
+        _tell_attack("[3/3] dp_seed1", record.model_copy(update={"chance_rate": 0.005}))
+    assert [r.getMessage() for r in caplog.records if r.name == "dpmed.study"] == [
+        "[2/3] dp_seed0: reconstruction attack success 12.5% [0.6%, 47.0%] (95% CI; 1 of 8 held-out test images), "
+        "chance 12.5%; not above chance",
+        "[3/3] dp_seed1: reconstruction attack success 12.5% [0.6%, 47.0%] (95% CI; 1 of 8 held-out test images), "
+        "chance 0.5%"]
