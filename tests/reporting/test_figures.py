@@ -584,6 +584,20 @@ def test_a_leader_that_passes_its_own_seeds_dots_still_keeps_off_every_other_poi
 
 
 @pytest.mark.parametrize("narrow", [False, True])
+def test_a_leader_keeps_room_for_a_later_points_label_between_it_and_that_point(make_record, narrow):
+    """Places straight above or below a point still to be labelled came last, but a leader could run just past it:
+    here eps 7.08e5's label went right of eps 3.36e7's point, its leader passing a few points above it, and with eps
+    3.37e6's label and leader below, eps 3.36e7's label had no place left whose leader crossed nothing; its leader
+    crossed eps 7.08e5's, and a reader following one could reach the other's point."""
+    fig = auroc_figure(_seeds(make_record, {"none": [0.94, 0.95, 0.96], "eps7.08e5": [0.954, 0.937, 0.943],
+                                            "eps3.37e6": [0.913, 0.893, 0.91], "eps3.36e7": [0.941, 0.932, 0.936],
+                                            "eps4.79e13": [0.928, 0.946, 0.948], "eps5.16e13": [0.915, 0.923, 0.937]}),
+                       narrow=narrow)
+    assert any(t.arrow_patch is not None for t in fig.axes[0].texts)        # some label did move away
+    _assert_each_label_names_its_point(fig)
+
+
+@pytest.mark.parametrize("narrow", [False, True])
 def test_an_axis_title_of_wide_letters_is_rewrapped_inside_the_figure(make_record, narrow):
     """The DP-SGD axis names each unit's arms, wrapped at a width estimated from an average letter; arm names of
     wide capitals outgrow that estimate and ran past the figure's right edge (by 25 px on the wide figure, 32 px on
@@ -852,11 +866,11 @@ def test_a_figure_is_drawn_once_to_be_saved_at_its_own_dpi(records, narrow, monk
 def test_the_places_above_or_below_a_point_still_to_be_labelled_are_offered_last():
     """A label straight above or below a point whose label comes later would leave that label no way back to its
     point: every such place is offered after every other, however near; the others nearest first (to a step)."""
-    n, u, v = point_labels._grid([(12.0, 4.0)], 3.0, 5.0, Bbox.from_extents(0, 0, 100, 100), np.empty((0, 4)),
-                                 np.array([50.0, 50.0]), [(40.0, 60.0)])
+    n, u, v, blocks = point_labels._grid([(12.0, 4.0)], 3.0, 5.0, Bbox.from_extents(0, 0, 100, 100),
+                                         np.empty((0, 4)), np.array([50.0, 50.0]), np.array([[40.0, 70.0, 60.0, 90.0]]))
     blocked = (50 + u - 6 < 60) & (40 < 50 + u + 6)
     assert blocked.any() and (~blocked).any()
-    assert list(blocked) == sorted(blocked)
+    assert list(blocked) == sorted(blocked) and list(blocks) == list(blocked)
     gap = np.hypot(np.maximum(np.abs(u) - 6, 0), np.maximum(np.abs(v) - 2, 0))[~blocked]   # label's edge to point
     assert np.all(np.diff(np.rint(gap / 5)) >= 0)
 

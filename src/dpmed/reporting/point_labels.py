@@ -88,13 +88,14 @@ class _Label:
 
 
 def _grid(sizes: list[Any], gap: float, step: float, room: Any, taken: np.ndarray, at: Any,
-          later: list[tuple[float, float]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Where a label may go away from its point ``at`` (display), as (which wording, of display ``sizes``, and the
-    offset of its centre in pixels; arrays): every place on a grid of ``step`` pixels at least ``gap`` from the point
-    where the label stays inside ``room`` (the axes) and covers none of ``taken`` (boxes' extents); nearest first,
-    and at one distance the longer wording first. Places straight above or below ``later`` points (display x ranges:
-    the points whose labels are still to come, and their leaders' bends) come last: a label there would leave another
-    point's label no way back to its point."""
+          later: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Where a label may go away from its point ``at`` (display), as (which wording, of display ``sizes``, the
+    offset of its centre in pixels, and whether it blocks a later point; arrays): every place on a grid of ``step``
+    pixels at least ``gap`` from the point where the label stays inside ``room`` (the axes) and covers none of
+    ``taken`` (boxes' extents); nearest first, and at one distance the longer wording first. Places straight above
+    or below ``later`` points (extents of the room kept around the points whose labels are still to come, across
+    out to their leaders' bends) block them and come last: a label there would leave another point's label no way
+    back to its point."""
     xs = np.arange(np.ceil((room.x0 - at[0]) / step), np.floor((room.x1 - at[0]) / step) + 1) * step
     ys = np.arange(np.ceil((room.y0 - at[1]) / step), np.floor((room.y1 - at[1]) / step) + 1) * step
     dx, dy = (a.ravel() for a in np.meshgrid(xs, ys))
@@ -106,12 +107,12 @@ def _grid(sizes: list[Any], gap: float, step: float, room: Any, taken: np.ndarra
         free = ~((x0 < taken[..., 2]) & (taken[..., 0] < x1) & (y0 < taken[..., 3]) & (taken[..., 1] < y1)).any(0)
         ok = free & (away >= gap) & (room.x0 <= x0) & (x1 <= room.x1) & (room.y0 <= y0) & (y1 <= room.y1)
         blocks = np.zeros_like(ok)
-        for lo, hi in later:
+        for lo, hi in later[:, [0, 2]]:
             blocks |= (x0 < hi) & (lo < x1)
         found.append((blocks[ok], np.rint(away[ok] / step), np.full(ok.sum(), n), dx[ok], dy[ok]))
     blocks, away, n, u, v = (np.concatenate(a) for a in zip(*found))
     order = np.lexsort((v, u, np.abs(v), n, away, blocks))       # the last key first
-    return n[order], u[order], v[order]
+    return n[order], u[order], v[order], blocks[order]
 
 
 def _extents(boxes: list[Any]) -> np.ndarray:
@@ -171,7 +172,7 @@ def _crossing(lines: np.ndarray, bent: np.ndarray, boxes: np.ndarray) -> tuple[n
     return hits, ~hits & ~misses
 
 
-def _place(text: Annotation, boxes: list[Any], own: list[Any], leaders: list[Path], later: list[tuple], room: Any,
+def _place(text: Annotation, boxes: list[Any], own: list[Any], leaders: list[Path], later: np.ndarray, room: Any,
            points: float) -> _Label:
     """Where a point's label goes: right, left, above or below the point (above and below clear of ``own``, its
     bar and seeds), in each of its :func:`_wordings` in turn, the first place where it stays inside ``room`` (the
@@ -179,8 +180,11 @@ def _place(text: Annotation, boxes: list[Any], own: list[Any], leaders: list[Pat
     else away from the point (:func:`_grid`), with a leader from the label's nearest edge that bends :data:`_ELBOW`
     short of the point and must cross no leader and none of ``boxes`` but ``own`` (they sit at the point: no line
     could reach it past them); where every such leader would cross a bar or leader (points closer than its bend),
-    the nearest clear place with a leader that crosses. Where no place is clear (a tiny axes), the first beside the
-    point inside the axes, else the narrowest wording on the side with more room.
+    the nearest clear place with a leader that crosses. A place whose label or leader blocks a ``later`` point
+    (the room kept around each point still to be labelled: its leaders' bends, and a line of words above and below)
+    comes after every place that blocks none: a leader through that room leaves the later point's label no way
+    back to it past this leader, and that label's leader then crosses it. Where no place is clear (a tiny axes), the
+    first beside the point inside the axes, else the narrowest wording on the side with more room.
 
     Every place and its leader are tested against every box at once in numpy (:func:`_near`, :func:`_crossing`);
     matplotlib's own tests, one call per place and box (most of a figure's time when each was asked), decide only
@@ -220,7 +224,7 @@ def _place(text: Annotation, boxes: list[Any], own: list[Any], leaders: list[Pat
                 if free(placed.box):
                     return placed
                 beside.append(placed)
-    n, dx, dy = _grid(sizes, gap, text.get_fontsize() / 2 / points, room, taken, at, later)
+    n, dx, dy, blocks = _grid(sizes, gap, text.get_fontsize() / 2 / points, room, taken, at, later)
     w, h = np.array(sizes, float).reshape(-1, 2)[n].T
     spans = np.stack([x + dx - w / 2, y + dy - h / 2, x + dx - w / 2 + w, y + dy - h / 2 + h], 1)   # as label's
     lines, bent = _leaders(at, spans, dx, dy, _ELBOW / points, _LEADER["shrinkB"] / points)
@@ -229,6 +233,14 @@ def _place(text: Annotation, boxes: list[Any], own: list[Any], leaders: list[Pat
     mine = {id(b) for b in own}
     past = [k for k, b in enumerate(boxes) if id(b) not in mine]
     clear = np.flatnonzero(~_near(spans, taken).any(1))
+
+    def leader(k: int) -> Path:
+        return Path(lines[k] if bent[k] else lines[k, [0, 2]])           # else in line with it
+
+    cuts, unsure = _crossing(lines[clear], bent[clear], later)
+    for i, j in zip(*np.nonzero(unsure & _near(reach[clear], later))):
+        cuts[i, j] = leader(clear[i]).intersects_bbox(Bbox(later[j].reshape(2, 2)), filled=False)
+    clear = clear[np.argsort(blocks[clear] | cuts.any(1), kind="stable")]      # nearest first within each
     on_box, crossed = _near(spans[clear], drawn, 1.0), _near(reach[clear], drawn, 1.0)
     hits, unsure = _crossing(lines[clear], bent[clear], taken[past])
     blocked = hits.any(1)
@@ -239,7 +251,7 @@ def _place(text: Annotation, boxes: list[Any], own: list[Any], leaders: list[Pat
         placed = label(n[k], dx[k], dy[k], "left" if dx[k] > 0 else "right")
         if not free(placed.box, on_box[i]):
             continue
-        line = Path(lines[k] if bent[k] else lines[k, [0, 2]])           # else in line with it
+        line = leader(k)
         if not blocked[i] and \
                 not any(line.intersects_bbox(boxes[past[j]], filled=False) for j in np.flatnonzero(unsure[i])) and \
                 not any(line.intersects_path(leaders[j], filled=False) for j in np.flatnonzero(crossed[i])):
@@ -282,14 +294,20 @@ def _arrow(placed: _Label, at: Any) -> dict[str, Any]:
 def _place_all(ax: Any, texts: list[Annotation], points: float) -> list[_Label]:
     """Where each of ``texts`` (the labels of ``ax``'s points) goes (:func:`_place`), each clear of those placed
     before it, from the leftmost point to the rightmost: a label moved away from its point keeps clear of the
-    points to its right, whose labels are still to come, so that a row of points close together (a high-budget
-    sweep near the non-private line) has its labels stepped down away from it, each leader passing beside the
-    labels before it."""
+    points to its right, whose labels are still to come, and so does its leader where a place allows, so that a
+    row of points close together (a high-budget sweep near the non-private line) has its labels stepped down away
+    from it, each leader passing beside the labels before it, and no leader runs just past a later point, boxing it
+    in so that its own leader must cross."""
     pad = _PAD / points
     marks = _obstacles(ax, pad)
     elbow = _ELBOW / points
     at = [ax.transData.transform(text.xy) for text in texts]
     order = sorted(range(len(texts)), key=lambda k: tuple(at[k]))
+    # The room each point's label needs kept: across, out to its leaders' bends; up and down, a line of its words
+    # further, the least there must be between the point and a leader passing above or below it.
+    u, v = np.array(at, float).reshape(-1, 2).T
+    across, line = elbow + pad, np.array([text.get_fontsize() for text in texts]) / points
+    around = np.stack([u - across, v - across - line, u + across, v + across + line], 1)
     placed: dict[int, _Label] = {}
     for i, k in enumerate(order):
         x, y = at[k]
@@ -297,7 +315,7 @@ def _place_all(ax: Any, texts: list[Annotation], points: float) -> list[_Label]:
         own = [b for c, b in others if (abs(c[0] - x) <= 0.5 if c else b.x0 <= x <= b.x1 and b.y0 <= y <= b.y1)]
         boxes = [b for _, b in others] + [p.box.padded(pad) for p in placed.values()]
         leaders = [p.leader for p in placed.values() if p.leader is not None]
-        later = [(at[j][0] - elbow - pad, at[j][0] + elbow + pad) for j in order[i + 1:]]
+        later = around[order[i + 1:]]
         placed[k] = _place(texts[k], boxes, own, leaders, later, ax.bbox, points)
     return [placed[k] for k in range(len(texts))]
 
