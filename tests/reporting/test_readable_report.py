@@ -1240,6 +1240,24 @@ def test_a_redraw_count_that_is_not_a_number_raises_no_undefined_redraws_flag(tm
         assert _auroc_cell(read) == _auroc_cell(record.model_copy(update={"metrics": {**record.metrics, key: 0}}))
 
 
+def test_a_redraw_count_held_as_text_raises_no_undefined_redraws_flag(tmp_path, make_record):
+    """A run.json may hold any metric as a string (its values are typed number or text): a count written as text
+    is no number to compare with the share either, so it gets no flag, as NaN does, where it stopped the report."""
+    from dpmed.records import read_record
+    from dpmed.reporting.sections import _auroc_cell
+
+    record = make_record("np_seed0", "np", metrics={"test_auroc": 0.8, "test_auroc_low": 0.7, "test_auroc_high": 0.9,
+                                                    "test_auroc_undefined_redraws": 150, "n_resamples": 200})
+    for key in ("test_auroc_undefined_redraws", "n_resamples"):
+        path = tmp_path / key / "run.json"
+        path.parent.mkdir()
+        path.write_text(record.model_dump_json().replace(f'"{key}":{record.metrics[key]}',
+                                                         f'"{key}":"{record.metrics[key]}"'))
+        read = read_record(path)
+        assert read.metrics[key] == str(record.metrics[key]), key                       # text, as read
+        assert _auroc_cell(read) == _auroc_cell(record.model_copy(update={"metrics": {**record.metrics, key: 0}}))
+
+
 # ------------------------------------------------------------------------------------------------- the reading
 
 

@@ -251,7 +251,7 @@ def signed_text(value: float | None, digits: int = 3) -> str:
     return text[1:] if float(text) == 0 else text
 
 
-def undefined_redraws_flag(undefined: int, resamples: int, why: str) -> str:
+def undefined_redraws_flag(undefined: float, resamples: float, why: str) -> str:
     """" (21 of 200 redraws undefined)", flagged, where more than UNDEFINED_REDRAWS_WARN_FRACTION of the redraws left
     a statistic undefined: its interval then describes only the others, and the flag's title says ``why`` they are
     left out. Empty where few are (the utility metrics and the fairness differences warn above the same share), and

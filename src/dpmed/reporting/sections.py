@@ -315,7 +315,9 @@ def _auroc_cell(r: RunRecord) -> str:
     """A run's test AUROC with its interval, and how many redraws left it undefined where that is many: the interval
     then describes only the redraws that drew both classes (on a test set of a few patients, [1.000, 1.000] where
     half the redraws had no value), which the terminal warned of in passing and the table did not say."""
-    undefined, resamples = r.metrics.get("test_auroc_undefined_redraws") or 0, r.metrics.get("n_resamples") or 0
+    # a count not held as a number (text, in a run.json written elsewhere) counts nothing to compare with the share
+    undefined, resamples = (v if isinstance(v := r.metrics.get(key), (int, float)) else 0
+                            for key in ("test_auroc_undefined_redraws", "n_resamples"))
     return estimate_text(r.estimate("test_auroc")) + undefined_redraws_flag(
         undefined, resamples, "in these redraws of the test set one class only was drawn; the interval uses the "
         "others and may be too narrow")
