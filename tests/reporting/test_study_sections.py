@@ -288,11 +288,11 @@ def test_the_note_on_an_interval_beside_its_point_quotes_a_parity_with_its_sign_
     parity = Estimate(value=-0.3, low=-0.2, high=0.1)                  # the point below its interval
     group = GroupFairness(n=20, auroc=inside, accuracy=inside, accuracy_parity_difference=parity)
     entry = AttributeFairness(status="ok", groups={"female": group})
-    note = _outside_note([SimpleNamespace(run_id="r")], [entry], ["female"], "95%", "percentile")
+    note = _outside_note([(SimpleNamespace(run_id="r"), entry)], ["female"], "95%", "percentile")
     assert "female accuracy parity difference -0.300 [-0.200,\u00a0+0.100])" in note
     spread = AttributeFairness(status="ok", groups={"female": group.model_copy(update={
         "accuracy_parity_difference": inside})}, equalized_odds_difference=Spread(value=0.275, low=0.286, high=1.0))
-    note = _outside_note([SimpleNamespace(run_id="r")], [spread], ["female"], "95%", "percentile")
+    note = _outside_note([(SimpleNamespace(run_id="r"), spread)], ["female"], "95%", "percentile")
     assert "equalised odds difference 0.275 [0.286,\u00a01.000])" in note
 
 

@@ -10,11 +10,11 @@ flagged (`dpmed.comparisons.GroupFlag`).
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 from dpmed.comparisons import MIN_CLASS_COUNT
 from dpmed.evaluation.fairness import named_groups, uncompared_groups
-from dpmed.evaluation.summaries import AttributeFairness, Estimate, GroupFairness, Spread
+from dpmed.evaluation.summaries import AttributeFairness, Estimate, Fairness, GroupFairness, Spread
 from dpmed.records import RunRecord
 from dpmed.reporting.inputs import (METHODS, ReportInputs, column_table, embed_figure, eps_label, escape as _e,
                                     estimate_text as _est, not_computed_text, r_and_p, stacked,
@@ -60,17 +60,16 @@ def _positives(g: GroupFairness) -> str:
     return "" if g.n_positive is None else f"{g.n_positive} positive"
 
 
-def _one_group(name: str, runs: list[RunRecord], groups: list[str]) -> str:
+def _one_group(name: str, entries: list[AttributeFairness], bins: list[float], groups: list[str]) -> str:
     """A warning where every compared test image falls in one group of ``name`` (all ages in one bin): the worst
     group is then that group and every parity difference is undefined, so the tables compare nothing; what to change
-    to compare groups."""
-    bins = runs[0].fairness.age_bins
+    to compare groups. ``entries``: each run's numbers for ``name``; ``bins``: the first run's age bins."""
     compared = [g for g in groups if g not in uncompared_groups(name, bins)]
     if len(compared) != 1:
         return ""
     group = compared[0]
     # from the first run that has it: ``groups`` gathers every run's, as the sizes line beside this does
-    n = next(r.fairness.attributes[name].groups[group].n for r in runs if group in r.fairness.attributes[name].groups)
+    n = next(e.groups[group].n for e in entries if group in e.groups)
     change = ("To compare age groups, give the study file's evaluation.fairness.age_bins edges that split these "
               f"test images (now [{', '.join(f'{b:g}' for b in bins)}])." if name == "age" else
               f"To compare groups of {_e(name)}, test on images of more than one (or leave {_e(name)} out of the "
@@ -80,9 +79,13 @@ def _one_group(name: str, runs: list[RunRecord], groups: list[str]) -> str:
             f"difference (a group minus the others) is undefined (–). {change}</div>")
 
 
-def _fairness_attribute(name: str, runs: list[RunRecord], inputs: ReportInputs) -> str:
+def _fairness_attribute(name: str, runs: list[tuple[RunRecord, Fairness, AttributeFairness]],
+                        inputs: ReportInputs) -> str:
+    """The section's tables and figure for attribute ``name``; ``runs``: each run whose numbers for it are computed,
+    with its fairness block and those numbers."""
     level = inputs.level
-    entries: list[AttributeFairness] = [r.fairness.attributes[name] for r in runs]
+    entries = [e for _, _, e in runs]
+    fairness = runs[0][1]                 # the first run's block: the age bins and thresholds named below
     groups = list(dict.fromkeys(g for e in entries for g in e.groups))
     first = entries[0].groups
     flags = [f for f in inputs.comparisons.group_flags if f.attribute == name]
@@ -92,7 +95,7 @@ def _fairness_attribute(name: str, runs: list[RunRecord], inputs: ReportInputs) 
                       + (" ⚠ small" if g in small else "")
                       for g in groups if g in first)
     series = [(f"{r.run_id}: {eps_label(r.privacy)}", [_group(e, g, "auroc") for g in groups])
-              for r, e in zip(runs, entries)]
+              for r, _, e in runs]
     ticks = [f"{g} *" if g in small else g for g in groups]
     title = f"AUROC by {name} ({level} intervals)" + ("; * small group" if small else "")
     figure = embed_figure(group_estimates(ticks, series, ylabel="test AUROC", title=title),
@@ -114,20 +117,20 @@ def _fairness_attribute(name: str, runs: list[RunRecord], inputs: ReportInputs) 
         mark = warning_mark("see the warnings above") if warned(r, g, "AUROC") else ""
         return f"<td class=num>{_est(_group(e, g, 'auroc'))}{mark}</td>"
 
-    def worst_cell(r: RunRecord, e: AttributeFairness) -> str:
+    def worst_cell(f: Fairness, e: AttributeFairness) -> str:
         w = e.worst_group_auroc
         if w is None or w.group is None:     # no group's AUROC is defined, so no group is the worst
             return "<td>undefined: no named group's AUROC is defined</td>"
         mark = warning_mark("a small group: see the warnings above") if w.group in small else ""
         return (f"<td>{_e(w.group)}: {_est(w)}{mark}"
-                + _undefined_share(w, r.fairness.n_resamples) + "</td>")
+                + _undefined_share(w, f.n_resamples) + "</td>")
 
     auroc_rows = "".join(
         f"<tr><td>{_e(r.run_id)}</td><td class=eps>{_e(eps_label(r.privacy))}</td>"
-        + "".join(cell(r, e, g) for g in groups) + worst_cell(r, e) + "</tr>"
-        for r, e in zip(runs, entries))
+        + "".join(cell(r, e, g) for g in groups) + worst_cell(f, e) + "</tr>"
+        for r, f, e in runs)
 
-    def per_group(metric: str, tail=lambda r, e: "") -> str:
+    def per_group(metric: str, tail: Callable[[Fairness, AttributeFairness], str] = lambda f, e: "") -> str:
         # a small group's accuracy or parity reads as firm as a large one's (a narrow interval far from 0) unless
         # its cell, like its AUROC cell, carries the warning; a parity (the group minus the rest) with its sign
         signed = metric.endswith("_difference")
@@ -138,9 +141,9 @@ def _fairness_attribute(name: str, runs: list[RunRecord], inputs: ReportInputs) 
         return "".join(f"<tr><td>{_e(r.run_id)}</td>"
                        + "".join(f"<td class=num>{_est(_group(e, g, metric), signed=signed)}{mark(r, g)}</td>"
                                  for g in groups)
-                       + tail(r, e) + "</tr>" for r, e in zip(runs, entries))
+                       + tail(f, e) + "</tr>" for r, f, e in runs)
 
-    def spreads(r: RunRecord, e: AttributeFairness) -> str:
+    def spreads(f: Fairness, e: AttributeFairness) -> str:
         # a small group that a spread compares (its parity defined; equalised odds leaves some out) can set it alone
         compared = [g for g in groups if g in small and (p := _group(e, g, "accuracy_parity_difference")) is not None
                     and p.value is not None]
@@ -150,14 +153,14 @@ def _fairness_attribute(name: str, runs: list[RunRecord], inputs: ReportInputs) 
             these = [g for g in compared if g not in left_out]
             mark = (warning_mark(f"spread over groups that include the small {', '.join(these)}: see the warnings "
                                "above") if these and s is not None and s.value is not None else "")
-            cells.append(f"<td class=num>{_est(s)}{mark}{_undefined_share(s, r.fairness.n_resamples)}</td>")
+            cells.append(f"<td class=num>{_est(s)}{mark}{_undefined_share(s, f.n_resamples)}</td>")
         return "".join(cells)
 
     decided = any(_group(e, g, "demographic_parity_difference") is not None for e in entries for g in groups)
     excluded = entries[0].equalized_odds_excluded_groups          # the test set's groups: the same for every run
-    several = len(runs[0].fairness.thresholds or []) > 1         # multilabel: a group may be left out for one label
+    several = len(fairness.thresholds or []) > 1                  # multilabel: a group may be left out for one label
     # Records written before the two differences counted their undefined redraws cannot flag a large share.
-    uncounted = [r.run_id for r, e in zip(runs, entries)
+    uncounted = [r.run_id for r, _, e in runs
                  if any(s is not None and s.value is not None and s.undefined_redraws is None
                         for s in (e.worst_group_auroc, e.demographic_parity_difference, e.equalized_odds_difference))]
     reference = _e(entries[0].reference or "")
@@ -167,7 +170,7 @@ def _fairness_attribute(name: str, runs: list[RunRecord], inputs: ReportInputs) 
         for f in flags:
             by_group.setdefault(f.group, []).append(f)
         items = []
-        shown = {r.run_id for r in runs}
+        shown = {r.run_id for r, _, _ in runs}
         for g, members in by_group.items():
             # each reason with exactly the runs it holds for: one run's interval of zero width is not another's
             by_reason: dict[str, list[str]] = {}
@@ -205,13 +208,14 @@ def _fairness_attribute(name: str, runs: list[RunRecord], inputs: ReportInputs) 
                         "count the redraws each summary over the groups left out, so a large share of them is not "
                         "flagged there.</p>")
     # a group the study names (an age bin, a sex) that no test image falls in has no column: said, not left unsaid
-    absent = [g for g in named_groups(name, runs[0].fairness.age_bins) if g not in groups]
+    absent = [g for g in named_groups(name, fairness.age_bins) if g not in groups]
     if absent:     # "<18" and ">=65" are groups the bins make, not bins
         what = (("an age group" if len(absent) == 1 else "age groups") + " of evaluation.fairness.age_bins"
                 if name == "age" else "a sex")
         sizes += (f". No test image falls in {_e(', '.join(absent))} ({what}), so "
                   + ("it has" if len(absent) == 1 else "they have") + " no numbers here")
-    return (f"<h3>By {_e(name)}</h3><p>Test images per group: {sizes}.</p>{_one_group(name, runs, groups)}{warnings}"
+    return (f"<h3>By {_e(name)}</h3><p>Test images per group: {sizes}.</p>"
+            f"{_one_group(name, entries, fairness.age_bins, groups)}{warnings}"
             f"<figure>{figure}</figure>"
             f"<p>Test AUROC per group [{level} CI], and the worst group (named groups with a defined AUROC):</p>"
             + stacked(f"<table><tr><th>run</th><th>ε</th>{head}<th>worst group</th></tr>{auroc_rows}</table>")
@@ -224,33 +228,33 @@ def _fairness_attribute(name: str, runs: list[RunRecord], inputs: ReportInputs) 
                if decided else ":</p>")
             + stacked(f"<table><tr><th>run</th>{head}"
                       + ("<th>demographic parity diff.</th><th>equalised odds diff.</th>" if decided else "")
-                      + f"</tr>{per_group('accuracy_parity_difference', spreads if decided else lambda r, e: '')}"
+                      + f"</tr>{per_group('accuracy_parity_difference', spreads if decided else lambda f, e: '')}"
                       "</table>")
             + (differences
                + f"<p>Demographic parity difference per group [{level} CI] ({reference}; the share of images "
                "decided positive):</p>"
                + stacked(f"<table><tr><th>run</th>{head}</tr>{per_group('demographic_parity_difference')}</table>")
                if decided else "")
-            + _outside_note(runs, entries, groups, level, inputs.interval))
+            + _outside_note([(r, e) for r, _, e in runs], groups, level, inputs.interval))
 
 
-def _outside_note(runs: list[RunRecord], entries: list[AttributeFairness], groups: list[str], level: str,
+def _outside_note(runs: list[tuple[RunRecord, AttributeFairness]], groups: list[str], level: str,
                   interval: str) -> str:
     """A note where some interval of the attribute's tables lies wholly on one side of its point (worst-group AUROC
     0.612 [0.501, 0.598]), which reads as an error but is what a bootstrap of such statistics can do. The
     two spreads' bands hold their points (`dpmed.evaluation.fairness`); records evaluated before they had bands may
     not. ``interval``: the study's interval for a group's AUROC ("percentile" or "BCa", `ReportInputs.interval`)."""
     def outside(est: Estimate | None) -> bool:
-        return (est is not None and None not in (est.value, est.low, est.high)
-                and not est.low <= est.value <= est.high)          # type: ignore[operator]
+        return (est is not None and est.value is not None and est.low is not None and est.high is not None
+                and not est.low <= est.value <= est.high)
 
-    shown = [(f"{g} AUROC", lambda e, g=g: _group(e, g, "auroc")) for g in groups]
-    shown += [("worst-group AUROC", lambda e: e.worst_group_auroc),
-              ("demographic parity difference", lambda e: e.demographic_parity_difference),
-              ("equalised odds difference", lambda e: e.equalized_odds_difference)]
-    shown += [(f"{g} accuracy parity difference",
-               lambda e, g=g: _group(e, g, "accuracy_parity_difference")) for g in groups]
-    cases = [(r.run_id, what, get(e)) for r, e in zip(runs, entries) for what, get in shown if outside(get(e))]
+    def shown(e: AttributeFairness) -> list[tuple[str, Estimate | None]]:
+        return ([(f"{g} AUROC", _group(e, g, "auroc")) for g in groups]
+                + [("worst-group AUROC", e.worst_group_auroc),
+                   ("demographic parity difference", e.demographic_parity_difference),
+                   ("equalised odds difference", e.equalized_odds_difference)]
+                + [(f"{g} accuracy parity difference", _group(e, g, "accuracy_parity_difference")) for g in groups])
+    cases = [(r.run_id, what, est) for r, e in runs for what, est in shown(e) if outside(est)]
     if not cases:
         return ""
     run_id, what, est = cases[0]
@@ -270,17 +274,17 @@ def _outside_note(runs: list[RunRecord], entries: list[AttributeFairness], group
 
 
 def fairness_section(inputs: ReportInputs) -> str:
-    runs = [r for r in inputs.records if r.fairness]
+    runs = [(r, f) for r in inputs.records if (f := r.fairness)]
     if not runs:
         return ""
-    names = list(dict.fromkeys(a for r in runs for a in r.fairness.attributes))
+    names = list(dict.fromkeys(a for _, f in runs for a in f.attributes))
     parts = []
     for name in names:
-        ok = [r for r in runs if r.fairness.ok(name)]
+        ok = [(r, f, e) for r, f in runs if (e := f.ok(name))]
         if ok:
             parts.append(_fairness_attribute(name, ok, inputs))
         else:
-            reason = next(r.fairness.attributes[name].reason or "" for r in runs if name in r.fairness.attributes)
+            reason = next(f.attributes[name].reason or "" for _, f in runs if name in f.attributes)
             parts.append(f"<h3>By {_e(name)}</h3><p>Not applicable: {_e(reason)}</p>")
     corr = inputs.comparisons.correlations.epsilon_vs_accuracy_parity
     undefined = not_computed_text(corr, "groups") if corr else None
