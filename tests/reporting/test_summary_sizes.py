@@ -6,6 +6,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from dpmed.accounting import default_delta
+from dpmed.mechanisms import PixelGaussianArm, PixelGaussianPlan
 from dpmed.reporting import sections
 
 DATA = SimpleNamespace(n_train=None, n_val=500, n_test=600, released_sizes={"patients": 9_000}, size_epsilon=0.02,
@@ -13,9 +14,10 @@ DATA = SimpleNamespace(n_train=None, n_val=500, n_test=600, released_sizes={"pat
 
 
 def _inputs(delta_given: float | None, n_images: int):
-    arm = SimpleNamespace(name="gauss", delta=delta_given)
+    arm = PixelGaussianArm(name="gauss", mechanism="pixel_gaussian", std=[0.1], delta=delta_given)
     plan = SimpleNamespace(run_id="gauss_s0", arm="gauss", mechanism="pixel_gaussian",
-                           privacy=SimpleNamespace(delta=delta_given or default_delta(n_images)))
+                           privacy=PixelGaussianPlan(std=0.1, delta=delta_given or default_delta(n_images),
+                                                     dimension=1024))
     dp = SimpleNamespace(run_id="dp_s0", arm="dp", mechanism="dp_sgd", privacy=SimpleNamespace(delta=1e-6))
     study = SimpleNamespace(arms=[arm, SimpleNamespace(name="dp", delta=None)])
     return SimpleNamespace(resolved=SimpleNamespace(study=study, runs=[plan, dp]))

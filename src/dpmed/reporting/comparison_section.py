@@ -54,9 +54,10 @@ def comparison_section(inputs: ReportInputs) -> str:
     rows = [c for c in comparisons.auroc_differences if c.auroc_difference.p_value is not None]
     if rows:
         binary = data.task == "binary"
-        extra = (("sensitivity_difference", f"sensitivity ({_e(data.positive_class or 'label 1')})"),
-                 ("specificity_difference", f"specificity ({_e(data.negative_class or 'label 0')})")) if binary \
-            else (("accuracy_difference", "accuracy" + (" (argmax)" if data.task == "multiclass" else "")),)
+        extra: tuple[tuple[str, str], ...] = (
+            (("sensitivity_difference", f"sensitivity ({_e(data.positive_class or 'label 1')})"),
+             ("specificity_difference", f"specificity ({_e(data.negative_class or 'label 0')})")) if binary
+            else (("accuracy_difference", "accuracy" + (" (argmax)" if data.task == "multiclass" else "")),))
         if ordinal:
             extra += (("kappa_quadratic_difference", "quadratic-weighted kappa"),)
         heads = "".join(f"<th>{name} difference</th><th>p</th>" for _, name in (("", "AUROC"), *extra))

@@ -234,7 +234,7 @@ def p_text(diff: PairedDifference) -> str:
     report's SIGNIFICANCE (0.04995 is "0.0499", not "0.05" beside a count of seeds with p < 0.05)."""
     if diff.p_value is None:
         return "–"
-    if diff.p_at_floor:
+    if diff.p_floor is not None and diff.p_at_floor:                   # p_at_floor holds only with a floor
         return f"≤\u00a0{up_to_figures(diff.p_floor, 2):.2g}"         # one unit: "≤" never ends a line
     p, digits = diff.p_value, 2
     while (float(f"{p:.{digits}g}") < SIGNIFICANCE) != (p < SIGNIFICANCE) and digits < 17:

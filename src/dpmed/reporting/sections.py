@@ -10,6 +10,7 @@ import yaml
 from dpmed.comparisons import SeedSummary
 from dpmed.data.sample import names_text
 from dpmed.evaluation.version import evaluated_by
+from dpmed.mechanisms import PixelGaussianArm, PixelGaussianPlan
 from dpmed.numbers import shape_text
 from dpmed.records import DatasetSummary, RunRecord, Timing
 from dpmed.released_size import describe_counts
@@ -73,17 +74,17 @@ def _reading(inputs: ReportInputs) -> str:
     non-private run of its own seed (paired where predictions allow, never against a mean over seeds); a run that
     is not DP says why, from its card."""
     records, level = inputs.records, inputs.level
-    references: dict[int, RunRecord] = {}
+    references: dict[int, tuple[RunRecord, float]] = {}       # per seed, its non-private run and that run's AUROC
     for r in records:
-        if r.mechanism == "none" and r.estimate("test_auroc").value is not None:
-            references.setdefault(r.seed, r)
+        if r.mechanism == "none" and (auroc := r.estimate("test_auroc").value) is not None:
+            references.setdefault(r.seed, (r, auroc))
     if not references:
         return ("<p>This study has no non-private arm with a defined AUROC, so the cost of privacy has no baseline "
                 "here.</p>")
     parts = ["Without privacy the model reaches a test AUROC of "
              + "; ".join(f"{estimate_text(r.estimate('test_auroc'))}"
                          + (f" (seed {seed})" if len(references) > 1 else "")
-                         for seed, r in sorted(references.items())) + "."]
+                         for seed, (r, _) in sorted(references.items())) + "."]
     paired = {d.run_id: d for d in inputs.comparisons.auroc_differences}
     for r in records:
         if r.mechanism == "none":
@@ -114,12 +115,13 @@ def _reading(inputs: ReportInputs) -> str:
             parts.append(f"{head}: {e.value:.3f}, {signed_text(a.value)} against {escape(d.reference_run)} (same seed; "
                          f"paired {level} CI{interval}); {verdict}.")
         elif ref is not None:
-            b = ref.estimate("test_auroc")
+            ref_run, ref_auroc = ref
+            b = ref_run.estimate("test_auroc")
             verdict = ("its whole interval lies below that of its seed's non-private run"
                        if e.high is not None and b.low is not None and e.high < b.low
                        else "its interval overlaps that of its seed's non-private run")
-            parts.append(f"{head}: {e.value:.3f} ({signed_text(e.value - b.value)} against {escape(ref.run_id)}, same "
-                         f"seed; no saved predictions to pair); {verdict}.")
+            parts.append(f"{head}: {e.value:.3f} ({signed_text(e.value - ref_auroc)} against "
+                         f"{escape(ref_run.run_id)}, same seed; no saved predictions to pair); {verdict}.")
         else:
             parts.append(f"{head}: {e.value:.3f}; no non-private run of seed {r.seed} to compare with.")
     note = ("A difference is read from its paired interval; per-arm intervals that overlap show neither that two "
@@ -145,14 +147,14 @@ def _stated_by_delta(inputs: ReportInputs) -> list[str]:
     public (each image is released on its own), so the plan may; the summary must not then call it private."""
     arms = {a.name: a for a in inputs.resolved.study.arms}
     return [p.run_id for p in inputs.resolved.runs
-            if p.mechanism == "pixel_gaussian" and getattr(arms.get(p.arm), "delta", 0) is None
-            and p.privacy.delta < 1e-5]
+            if isinstance(p.privacy, PixelGaussianPlan) and isinstance(arm := arms.get(p.arm), PixelGaussianArm)
+            and arm.delta is None and p.privacy.delta < 1e-5]
 
 
 def _sizes(data: DatasetSummary, stated_by: list[str] | None = None, *, reproducible: bool = False) -> str:
     """The splits' sizes; the training set's only as its DP counts where DP-SGD runs planned from them, and where
     a local-DP run's default delta states the exact count (``stated_by``), that it does."""
-    if data.n_train is not None:
+    if data.n_train is not None or data.size_epsilon is None:     # a DP count comes with its eps (DatasetSummary)
         return (f"{data.n_train} / {data.n_val} / {data.n_test} train / validation / test images "
                 f"({data.n_train_patients} training patients)")
     counts = escape(describe_counts(data.released_sizes, data.size_epsilon, symbols=True, reproducible=reproducible))

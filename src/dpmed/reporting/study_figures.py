@@ -54,14 +54,15 @@ def group_figure(groups: Sequence[str], series: Sequence[tuple[str, Sequence[Est
     width = 0.8 / max(1, len(series))
     for k, (label, estimates) in enumerate(series):
         color, marker = f"C{k % 10}", _MARKERS[k % len(_MARKERS)]
+        legend: str | None = label                          # one legend entry per run: on its first point
         for i, est in enumerate(estimates):
             if est is None or est.value is None:
                 continue
             point = plot_interval(ax, i - 0.4 + width * (k + 0.5), est.value, est.low, est.high,
                                   across=narrow, marker=marker, ms=5, color=color)
-            if label is not None:
-                point.set_label(label)
-                label = None                                # one legend entry per run
+            if legend is not None:
+                point.set_label(legend)
+                legend = None
     if narrow:
         ax.set_yticks(range(len(groups)))
         ax.set_yticklabels(groups)

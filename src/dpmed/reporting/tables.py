@@ -88,7 +88,7 @@ def summary_text(records: Iterable[RunRecord]) -> str:
     share) would otherwise pass for a weak model's, and, where runs' intervals differ (a folder evaluated under two
     settings), a line naming each run's, which the header cannot."""
     records = list(records)
-    levels = {float(r.metrics["confidence"]) for r in records if r.metrics.get("confidence") is not None}
+    levels = {float(level) for r in records if (level := r.metrics.get("confidence")) is not None}
     kinds = {r.interval for r in records}
     # the intervals' level and kind, as the report names them ("95% BCa CI"); either left out where runs differ
     named = [confidence_text(levels.pop())] if len(levels) == 1 else []
