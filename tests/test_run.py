@@ -742,7 +742,7 @@ def test_training_and_evaluating_a_run_again_leave_the_callers_random_state_alon
         before = torch.get_rng_state(), np.random.get_state()[1].copy()
         record = run.run_one(plan, context, folder.run(plan.run_id))
         trained = torch.get_rng_state(), np.random.get_state()[1].copy()
-        run.reevaluate(record, context, folder.run(plan.run_id))
+        run.reevaluate(record, plan, context, folder.run(plan.run_id))
         evaluated = torch.get_rng_state(), np.random.get_state()[1].copy()
     for state in (trained, evaluated):
         assert torch.equal(state[0], before[0]) and np.array_equal(state[1], before[1])

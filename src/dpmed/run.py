@@ -440,7 +440,7 @@ def _evaluation_warnings_logged(run_id: str) -> Iterator[None]:
                 warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
 
-def reevaluate(record: RunRecord, context: RunContext, folder: RunFolder) -> Reevaluation:
+def reevaluate(record: RunRecord, plan: RunPlan, context: RunContext, folder: RunFolder) -> Reevaluation:
     """A finished run evaluated again under ``context.evaluation`` (another bootstrap, confidence level, fairness bins
     or explanations) and this dpmed's evaluation methods (`dpmed.evaluation.version`: an older dpmed's numbers must not
     share a table with this one's), from the model it released: nothing trains, so nothing is spent. Its weights are
@@ -451,18 +451,22 @@ def reevaluate(record: RunRecord, context: RunContext, folder: RunFolder) -> Ree
     changed ``training_metrics`` is not re-evaluated (`dpmed.resumption`): it reads the training images as the run saw
     them, canaries and local DP noise included, which only training has; so the private training-set metrics stay as its
     training computed them, also where only the methods' version differs. Nothing is written until
-    :meth:`Reevaluation.write`."""
-    plan, ds = record.plan, context.dataset
+    :meth:`Reevaluation.write`.
+
+    ``plan`` is the run as this study plans it: it evaluates on this study's device and threads, not on those the
+    record says it trained with (`EXECUTION_ONLY`: they change no result, so a study may change them and keep its
+    finished runs). A run trained on a GPU is then evaluated again on a machine without one, as the study asks."""
+    ds, made = context.dataset, record.plan
     state = read_released_model(record, folder)
     device = resolve_device(context.device if plan.training.device == "auto" else plan.training.device)
     with torch_threads(run_threads(plan.training.threads)):
-        model = build_model(plan.model, in_channels=ds.train.image_shape[0], num_outputs=ds.task.num_outputs,
-                            image_size=ds.train.image_shape[1], seed=plan.seed)   # its initialisation is overwritten
+        model = build_model(made.model, in_channels=ds.train.image_shape[0], num_outputs=ds.task.num_outputs,
+                            image_size=ds.train.image_shape[1], seed=made.seed)   # its initialisation is overwritten
         model.load_state_dict(state)
         val_input, test_input = _model_inputs(ds, ds.val, ds.test)
-        with _evaluation_warnings_logged(plan.run_id):
+        with _evaluation_warnings_logged(made.run_id):
             assessment = assess(model.to(device), ds, (val_input, test_input), context.evaluation,
-                                cam_layer=MODELS[plan.model].cam_layer, device=device, label=plan.run_id)
+                                cam_layer=MODELS[made.model].cam_layer, device=device, label=made.run_id)
     again = record.model_copy(update={"metrics": assessment.metrics, "fairness": assessment.fairness,
                                       "explanations": assessment.explanations,
                                       "evaluation_version": EVALUATION_VERSION,

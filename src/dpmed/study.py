@@ -585,7 +585,8 @@ def _run_study(study: Study, *, out: Path | str, progress: bool, executor: str, 
         order = {plan.run_id: i for i, plan in enumerate(plans, start=1)}
         outcomes: dict[str, RunRecord | RunFailure] = dict(prepared.finished)
         # every run evaluated again before any is written: a stop midway leaves each as it was
-        again = [reevaluate(prepared.finished[run_id], context, folder.run(run_id))
+        planned = {plan.run_id: plan for plan in plans}
+        again = [reevaluate(prepared.finished[run_id], planned[run_id], context, folder.run(run_id))
                  for run_id in sorted(prepared.reevaluate, key=order.__getitem__)]
         outcomes.update({r.record.run_id: r.write() for r in again})
         for run_id in sorted(prepared.finished, key=order.__getitem__):

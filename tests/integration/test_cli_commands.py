@@ -261,6 +261,29 @@ def test_public_pretraining_on_a_gpu_this_machine_lacks_is_refused_before_anythi
     assert not out.exists()
 
 
+def test_a_finished_run_trained_on_a_gpu_is_evaluated_again_on_the_device_this_study_asks_for(
+        tiny_study, tiny_text, tmp_path, capsys, monkeypatch):
+    """The device is where a run executes, not what it released: a study whose evaluation settings changed, on a
+    machine without the GPU its finished runs trained on, evaluates them again here. It took the device from the
+    record and failed as an internal error with a traceback file, while `dpmed plan` had said it would evaluate them."""
+    import json
+
+    out = _finished_copy(tiny_study, tmp_path)
+    for path in out.rglob("run.json"):
+        record = json.loads(path.read_text())
+        record["plan"]["training"]["device"] = "cuda"
+        path.write_text(json.dumps(record))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    study, again = str(_study(tmp_path, tiny_text)), ["--set", "evaluation.bootstrap_resamples=30"]
+    assert main(["plan", study, "--out", str(out), "--no-estimate", *again]) == 0
+    assert capsys.readouterr().out.count("evaluate again") == 2
+    assert main(["run", study, "--out", str(out), "--no-progress", *again]) == 0
+    assert "evaluated again" in capsys.readouterr().err
+    records = [read_record(path) for path in out.rglob("run.json")]
+    assert len(records) == 2
+    assert all(r.metrics["n_resamples"] == 30 and r.plan.training.device == "cuda" for r in records)
+
+
 def test_plan_refuses_finished_runs_started_from_other_contents_of_model_weights_as_run_and_status_tell_them(
         tiny_text, tmp_path, capsys):
     """Other bytes in the model.weights file: `dpmed status` says the next `dpmed run` refuses the study, and it does,
