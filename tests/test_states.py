@@ -499,8 +499,40 @@ def test_a_finished_run_started_from_other_contents_of_model_weights_is_told_ref
         ("a_seed0", "finished", changed),
         ("z_seed9", "finished", f"not in the study file now, but in this folder: the study's eps still counts it; "
                                 f"{changed}")]
-    weights.unlink()
-    assert [detail for _, _, detail in run_states(folder.root)][0] == ""
+    weights.unlink()        # no change it can tell: the row of the file that is gone says what run does
+    assert [state[:2] for state in run_states(folder.root)] == [
+        ("model.weights", "unreadable"), ("a_seed0", "finished"), ("z_seed9", "finished")]
+    assert run_states(folder.root)[1][2] == ""
+
+
+def _denied(path):
+    raise PermissionError(13, "Permission denied", str(path))
+
+
+@pytest.mark.parametrize("damage, said", [
+    (lambda weights, monkeypatch: weights.unlink(), "does not exist"),
+    (lambda weights, monkeypatch: (weights.unlink(), weights.mkdir()), "is a folder"),
+    (lambda weights, monkeypatch: monkeypatch.setattr(dpmed.states, "file_sha256", _denied),
+     "cannot be read (Permission denied)")], ids=["missing", "folder", "unreadable"])
+def test_a_model_weights_file_that_cannot_be_read_is_told_once_as_what_run_refuses(study_folder, tmp_path,
+                                                                                    monkeypatch, damage, said):
+    """`dpmed run` refuses a study file whose model.weights is gone, a folder or unreadable, whatever its runs' state,
+    while status listed its finished runs as plainly finished (and a folder or a file it may not read must not end
+    in a traceback). One row before the runs says what run does and what to do; the runs keep their own states."""
+    folder, records = study_folder("a_seed0", "b_seed1")
+    weights = tmp_path / "w.pt"
+    weights.write_bytes(b"the weights the runs started from")
+    _with_weights(folder, weights)
+    files = folder.run("a_seed0")
+    files.make()
+    records["a_seed0"].model_copy(update={"start": _start(weights)}).write(files.record)
+    assert run_states(folder.root) == [("a_seed0", "finished", ""), ("b_seed1", "pending", "")]
+    damage(weights, monkeypatch)
+    assert run_states(folder.root) == [
+        ("model.weights", "unreadable", f"{weights} {said}: the next `dpmed run` refuses the study before it reads any "
+                                        "data or trains; restore the file, or set model.weights in the study file to "
+                                        "the weights file its runs start from"),
+        ("a_seed0", "finished", ""), ("b_seed1", "pending", "")]
 
 
 def test_an_interrupted_run_after_public_pretraining_keeps_its_starting_weights_a_condition(study_folder, tmp_path):

@@ -211,7 +211,8 @@ def _parser() -> argparse.ArgumentParser:
                                         "data, which status does not read, are unchanged; or why it cannot), "
                                         "interrupted release "
                                         "(its model and outputs in runs/ without its run.json: not to be shared), "
-                                        "pending or unknown. "
+                                        "pending or unknown; before them, a model.weights file that cannot be "
+                                        "read now (gone, a folder), which `dpmed run` refuses the study for. "
                                         "It reads the folder and changes nothing, so it may run while a `dpmed run` "
                                         "works there (and then says so).")
     status.add_argument("dir", type=_path, help="a study output folder (holds study.yaml and runs/)")

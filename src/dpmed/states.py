@@ -74,11 +74,13 @@ def read_resolved(study_dir: Path) -> ResolvedStudy:
 
 class _Start(NamedTuple):
     """What `dpmed status` knows of where a study's runs start without reading any image: the ``model.weights``
-    file (None: the study names none), its sha256 now (None: none named, or it cannot be read now: `dpmed run` then
-    refuses the study file) and whether public pretraining, whose images status does not read, comes between."""
+    file (None: the study names none), its sha256 now (None: none named, or it cannot be read now), why it cannot
+    be read (None: it can, or none is named) and whether public pretraining, whose images status does not read,
+    comes between."""
 
     weights: Path | None = None
     sha256: str | None = None
+    unreadable: str | None = None
     pretrained: bool = False
 
 
@@ -87,11 +89,28 @@ def _start_of(study: Study | None) -> _Start:
     `dpmed run` hashes too; nothing of the private images); an empty one where study.yaml cannot be read."""
     if study is None:
         return _Start()
-    weights, sha = study.model.weights, None
+    weights, sha, why = study.model.weights, None, None
     if weights is not None:
-        with contextlib.suppress(OSError):
+        try:
             sha = file_sha256(weights)
-    return _Start(weights, sha, study.pretrain is not None)
+        except FileNotFoundError:
+            why = "does not exist"
+        except IsADirectoryError:
+            why = "is a folder"
+        except OSError as exc:
+            why = f"cannot be read ({exc.strerror or exc})"
+    return _Start(weights, sha, why, study.pretrain is not None)
+
+
+def _weights_state(start: _Start) -> list[tuple[str, str, str]]:
+    """The model.weights file's row, where study.yaml names one that cannot be read now: `dpmed run` refuses the
+    study file as it loads it (`dpmed.config.resolve_paths`), whatever state its runs are in, while status listed
+    them as if nothing stood in the way. One row for the study, as for an unreadable study.yaml; none otherwise."""
+    if start.unreadable is None:
+        return []
+    return [("model.weights", "unreadable", f"{start.weights} {start.unreadable}: the next `dpmed run` refuses the "
+                                            "study before it reads any data or trains; restore the file, or set "
+                                            "model.weights in the study file to the weights file its runs start from")]
 
 
 def _weights_changed(start: _Start, then: str | None) -> str | None:
@@ -299,7 +318,8 @@ def counts_shown(study_dir: Path) -> tuple[dict[str, int], float]:
 
 
 def run_states(study_dir: Path) -> list[tuple[str, str, str]]:
-    """(run id, state, detail) of every run the study folder lists: finished (and why the next `dpmed run` evaluates
+    """(run id, state, detail) of every run the study folder lists, after the model.weights file where study.yaml
+    names one that cannot be read now (`_weights_state`): finished (and why the next `dpmed run` evaluates
     it again, where it will, or refuses the study: it started from other contents of model.weights than the file
     holds now), unreadable (a run.json that `dpmed report` would refuse: why), failed (with the
     error), interrupted (a private checkpoint waits: the step it reached and its age), interrupted release (its
@@ -325,6 +345,7 @@ def run_states(study_dir: Path) -> list[tuple[str, str, str]]:
         listed = sorted({p.name for base in (folder.runs, folder.private / "runs") if base.is_dir()
                          for p in base.iterdir() if p.is_dir()})
     cut, start = folder.interrupted_releases(), _start_of(None if resolved is None else resolved.study)
+    states += _weights_state(start)
     states += [_cut_short_state(run_id, folder.run(run_id), cut[run_id]) if run_id in cut
                else _run_state(run_id, folder.run(run_id), resolved, start) for run_id in listed]
     names = set(listed)

@@ -305,6 +305,12 @@ def test_plan_refuses_finished_runs_started_from_other_contents_of_model_weights
     for command in (["plan", study, "--out", out, "--no-estimate"], ["run", study, "--out", out, "--no-progress"]):
         assert main(command) == 2
         assert said in capsys.readouterr().err
+    weights.unlink()        # gone: status tells it once, before the runs, as what run does, and run does it
+    assert main(["status", str(tmp_path / "out" / "tiny")]) == 0
+    assert re.match(rf"model.weights +unreadable: {re.escape(str(weights))} does not exist: the next `dpmed run` "
+                    "refuses the study", capsys.readouterr().out)
+    assert main(["run", study, "--out", out, "--no-progress"]) == 2
+    assert f"model.weights: no such file {weights}" in capsys.readouterr().err
 
 
 def test_finished_runs_made_otherwise_are_refused_naming_the_setting_but_not_the_device(tiny_study, tiny_text,
