@@ -142,4 +142,7 @@ def print_plan(prepared: PreparedStudy, checkpoints: Checkpoints, rates: Rates |
         print(f"  how: {rates.how}; the probe took {rates.probe_seconds:.0f} s. Not included: {pretraining}audits, "
               f"attacks, writing the report, and a machine that gets busier or quieter meanwhile")
     elif not prepared.todo:
-        print("estimated time: nothing to train (every run is finished); `dpmed run` would only rewrite the report")
+        n = len(prepared.reevaluate)
+        again = (f"evaluate {count_text(n, 'run')} again from {'its model' if n == 1 else 'their models'} (no "
+                 "privacy spent) and " if n else "only ")
+        print(f"estimated time: nothing to train (every run is finished); `dpmed run` would {again}rewrite the report")

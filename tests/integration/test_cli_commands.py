@@ -276,7 +276,8 @@ def test_a_finished_run_trained_on_a_gpu_is_evaluated_again_on_the_device_this_s
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     study, again = str(_study(tmp_path, tiny_text)), ["--set", "evaluation.bootstrap_resamples=30"]
     assert main(["plan", study, "--out", str(out), "--no-estimate", *again]) == 0
-    assert capsys.readouterr().out.count("evaluate again") == 2
+    shown = capsys.readouterr().out
+    assert shown.count("evaluate again") == 2 and "would evaluate 2 runs again from their models" in shown
     assert main(["run", study, "--out", str(out), "--no-progress", *again]) == 0
     assert "evaluated again" in capsys.readouterr().err
     records = [read_record(path) for path in out.rglob("run.json")]
