@@ -195,8 +195,8 @@ def _decode_images(paths: Sequence[Path], preprocessing: Preprocessing, cache_di
         key = cache_key(paths, preprocessing, channels, size)
         hit = _load(Path(cache_dir), key, len(paths), (channels, *size))
         if hit is not None:
-            images, failures, noted = hit
-            _tell(noted, paths)
+            images, failures, kept = hit
+            _tell(kept, paths)
             return DecodedImages(images, failures, True, time.perf_counter() - start, key)
 
     n = len(paths)
@@ -273,7 +273,7 @@ def _decode_images(paths: Sequence[Path], preprocessing: Preprocessing, cache_di
                             f"({size[0]}x{size[1]} px), e.g. {paths[i]} is {wrong_size[i][0]}x{wrong_size[i][1]} px; "
                             "set data.image_size to resize every image to one size")
         if cache_dir is not None:
-            assert tmp is not None and key is not None
+            assert tmp is not None and key is not None and isinstance(images, np.memmap)
             images.flush()
             del images                       # unmapped before it is read back: see _in_memory
             if unread:
@@ -306,7 +306,7 @@ def _in_memory(path: Path) -> np.ndarray:
         return images
     with open(path, "rb") as f:
         f.seek(offset)
-        if f.readinto(memoryview(images).cast("B")) != images.nbytes:
+        if f.readinto(images.data.cast("B")) != images.nbytes:
             raise ValueError("ends before its last image")
     return images
 
@@ -429,6 +429,7 @@ def _load(cache_dir: Path, key: str, n: int,
         meta = json.loads(index.read_text(encoding="utf-8"))
         failures = {int(i): str(r) for i, r in meta["failures"].items()}
         noted = {int(i): [ImageNote(str(what)) for what in kept] for i, kept in meta.get("notes", {}).items()}
+        mismatch: str | None
         if meta["format"] != _FORMAT or meta["n"] != n:     # the index is the file that is wrong
             mismatch = f"it lists {meta['n']!r} images of format {meta['format']!r}; the key is for {n} of {_FORMAT!r}"
         else:
