@@ -58,7 +58,7 @@ import struct
 from pathlib import Path
 
 import numpy as np
-from PIL import Image, ImageOps
+from PIL import Image, ImageFile, ImageOps
 
 from dpmed.data.codestreams import pixel_limit
 from dpmed.data.decoder import Decoder, ImageNote, UnreadableImage, stretched
@@ -114,11 +114,11 @@ def _hidden(im: Image.Image) -> tuple[ImageNote, ...]:
     banded = "A" in im.getbands()
     if not banded and "transparency" not in im.info:
         return ()
-    alpha = im.getchannel("A") if banded else im.convert("RGBA").getchannel("A")
-    return (_HIDDEN,) if alpha.getextrema()[0] < 255 else ()
+    alpha = im.getchannel("A") if banded else im.convert("RGBA").getchannel("A")   # mode L: 256 levels
+    return (_HIDDEN,) if alpha.histogram()[255] < alpha.width * alpha.height else ()   # not all of it opaque
 
 
-def _narrowed(im: Image.Image) -> UnreadableImage | None:
+def _narrowed(im: ImageFile.ImageFile) -> UnreadableImage | None:
     """The refusal of a file whose 16-bit samples Pillow would read as 8-bit ones (the module docstring): its raw mode
     (how the file stores a pixel, e.g. "RGB;16B") gives 16 bits per sample (";16" and a byte order: B, L or N), while
     the mode Pillow opens it in is an 8-bit one. A BMP's packed 16 bits per pixel ("BGR;16") are 8-bit colour."""
