@@ -162,7 +162,7 @@ def _undecoded(ds, exc: Exception) -> UnreadableImage | None:
     to install; None for an uncompressed file, or a syntax not listed (pydicom's own words then stand)."""
     syntax = getattr(getattr(ds, "file_meta", None), "TransferSyntaxUID", None)
     packages = next((p for prefix, p in _DECODERS_BY_SYNTAX if str(syntax or "").startswith(prefix)), None)
-    if packages is None or not syntax.is_compressed:
+    if packages is None or syntax is None or not syntax.is_compressed:
         return None
     reason = " ".join(str(exc).split())
     reason = reason if len(reason) <= 80 else f"{reason[:80]}..."

@@ -82,7 +82,7 @@ def describe_copies(sets: Mapping[str, ImageSet], *,
             name(*where[j]) + (f", patient {patients[j]}" if patients_known else "") for j in pair)
 
     lines = []
-    other = "an image of another patient id" if patients_known else "another image"
+    another = "an image of another patient id" if patients_known else "another image"
     for n_splits, (place, why, advice) in (_TOLD if patients_known else _TOLD_BY_IMAGE).items():
         kinds = {kind: v for kind, v in found.items() if len(kind) == n_splits}
         if not kinds:
@@ -90,7 +90,7 @@ def describe_copies(sets: Mapping[str, ImageSet], *,
         count = len(copies[n_splits])
         counts = ", ".join(f"{n} {'in' if n_splits == 1 else 'between'} {' and '.join(kind)}"
                            for kind, (n, _) in kinds.items())
-        lines.append(f"data: {count} image{'s are' if count > 1 else ' is'} identical to {other} in {place} "
+        lines.append(f"data: {count} image{'s are' if count > 1 else ' is'} identical to {another} in {place} "
                      f"({counts}), e.g. {example(next(iter(kinds.values()))[1])}: "
                      f"{why.format(k=max(map(len, units.values())))}. {advice}")
     return lines

@@ -262,8 +262,9 @@ def _refuse_stray_placeholders(manifest: Manifest, stray: list[int], of: int, so
 def _patient_source(manifest: Manifest) -> tuple[str, str]:
     """Where ``manifest``'s patient ids are written, and how to make each image its own unit there."""
     own = "each image is then its own unit, and DP-SGD protects one image, as the privacy card then says"
-    if manifest.notes.get("format") == "csv":
-        column = manifest.notes["columns"]["patient"]
+    columns = manifest.notes.get("columns")
+    if manifest.notes.get("format") == "csv" and isinstance(columns, dict):
+        column = columns["patient"]
         return f"column {column!r}", f"remove 'patient' from data.columns: {own}"
     key = manifest.notes.get("patient_key")
     if isinstance(key, dict) and key.get("dicom_patient_id"):

@@ -262,7 +262,7 @@ def _least_distances(hp: np.ndarray, hq: np.ndarray,
     whole = _BlockIndex(hq[0]) if indexed else None
     pace = Pace(_log)
     for i, (v, u) in enumerate(pairs, start=1):
-        if indexed:
+        if whole is not None and max_distance is not None:     # indexed
             d, j = (whole if u == 0 else _BlockIndex(hq[u])).within(hp[v], max_distance)
         else:
             d, j = _nearest(hp[v], hq[u])
@@ -380,9 +380,9 @@ def find_overlap(public: Dataset, private: Dataset, *, max_distance: int = NEAR_
     pub_images, pub_where, pub_patients = _pooled(public)
     priv_images, priv_where, priv_patients = _pooled(private)
 
-    identical = ()
+    identical: tuple[ImagePair, ...] = ()
     if pub_images[0].shape[1:] == priv_images[0].shape[1:]:
-        first = {}
+        first: dict[str, int] = {}
         for j, h in enumerate(content_hashes(pub_images)):
             first.setdefault(h, j)
         identical = tuple(ImagePair(public=pub_where[first[h]], private=priv_where[i])

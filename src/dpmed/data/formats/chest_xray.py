@@ -277,10 +277,10 @@ def read_mimic(path: str | Path, *, findings: Sequence[str] | None = None, uncer
     bad_study = {row: detail for row, _, detail in reversed(study_flags)}  # first problem of each study
     row_of_study: dict[tuple[str, str], int] = {}
     repeated = set()
-    for s, key in enumerate(zip(studies["subject_id"], studies["study_id"])):
+    for row, key in enumerate(zip(studies["subject_id"], studies["study_id"])):
         if key in row_of_study:
             repeated.add(key)
-        row_of_study.setdefault(key, s)
+        row_of_study.setdefault(key, row)
     split_of, sex_of, age_of, year_of, split_file, people_file, line_of = {}, {}, {}, {}, None, None, {}
     for name in (f"{stem}split.csv.gz", f"{stem}split.csv"):
         if optional_file(root / name):

@@ -112,7 +112,8 @@ def _files_under(folder: Path) -> list[Path]:
     3.13, so a class folder holding a link to a batch of images lost that batch without a word. Hidden folders and
     ``__MACOSX`` are not entered, as they are not read beside the class folders: a viewer's ``.thumbnails/`` of a
     class's images would be read as more images of it, and a ``.git/`` stopped the study as "not an image" files."""
-    seen, out = set(), []
+    seen: set[str] = set()
+    out: list[Path] = []
     for top, folders, files in os.walk(folder, followlinks=True):
         real = os.path.realpath(top)
         if real in seen:

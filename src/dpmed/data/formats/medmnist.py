@@ -212,8 +212,10 @@ def _check_declared_size(path: Path, archive: np.lib.npyio.NpzFile, key: str, he
     compressed, so a file of kB can declare an array of TB, which numpy met with a MemoryError (an internal error to
     the user) or, where the allocation succeeds, filled until the machine swaps. The member is ``key`` or
     ``key.npy``, as numpy's NpzFile looks it up."""
-    member = key if key in archive.zip.namelist() else f"{key}.npy"
-    with archive.zip.open(member) as f:
+    zipped = archive.zip
+    assert zipped is not None       # open: read inside the caller's `with archive`
+    member = key if key in zipped.namelist() else f"{key}.npy"
+    with zipped.open(member) as f:
         version = np.lib.format.read_magic(f)
         read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
         shape, _, dtype = read_header(f)
@@ -300,7 +302,7 @@ def _labels_for(path: Path, split: str, raw: np.ndarray, kind: TaskKind) -> np.n
         bad = ~np.isin(raw, (0, 1))
         if bad.any():
             raise DataError(f"{path}: {key} must be 0/1 for a multilabel task; found {_values_text(raw[bad])}"
-                            f"{_first_row(bad.any(axis=1))}")
+                            f"{_first_row(np.any(bad, axis=1))}")
         return raw.astype(np.float32)
     if raw.shape[1] != 1:
         raise DataError(

@@ -154,11 +154,11 @@ def read_csv_table(path: str | Path, *, columns: Mapping[str, str], labels: Sequ
     if classes is not None:
         _check_class_names(classes, labels, task)
     frame = read_table(table, [columns["path"], *labels, *(columns[k] for k in sorted(columns) if k != "path")])
-    named = None if classes is None else ("binary" if len(classes) == 2 else "multiclass")
+    named: TaskKind | None = None if classes is None else ("binary" if len(classes) == 2 else "multiclass")
     kind: TaskKind = task or named or ("multilabel" if len(labels) > 1 else "binary")
     flags = Flags()
     if kind == "multilabel":
-        y = np.zeros((len(frame), len(labels)), dtype=np.float32)
+        y: np.ndarray = np.zeros((len(frame), len(labels)), dtype=np.float32)
         for j, col in enumerate(labels):
             for i, raw in enumerate(frame[col]):
                 k = class_index(raw, 2)
@@ -197,7 +197,7 @@ def read_csv_table(path: str | Path, *, columns: Mapping[str, str], labels: Sequ
         flags(i, "missing image", f"{columns['path']} is blank; fill in the image's path, or delete the row")
     n = len(frame)
     _refuse_unread_attributes(frame, columns, table)
-    splits = [""] * n
+    splits = np.full(n, "", dtype=str)
     if "split" in columns:
         splits, bad = parse_splits(frame[columns["split"]])
         for row, value in bad:
