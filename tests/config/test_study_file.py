@@ -456,6 +456,33 @@ def test_merge_keys_share_settings_and_own_keys_override_them(write_study):
         load_study(write_study("name: s\nseeds: [0]\n" + arms + "    name: c\n"))
 
 
+@pytest.mark.parametrize("override, changed, kept", [
+    ({"training.batch_size": 16}, "training", "pretrain.training"),
+    ({"pretrain.training.steps": 50}, "pretrain.training", "training"),
+    # a merge copies the anchor's keys, not what they hold: the section inside stayed shared
+    ({"arms.b.attack.batches": 2}, "arms.1.attack", "arms.0.attack"),
+])
+def test_an_override_inside_an_aliased_section_changes_that_section_alone(write_study, override, changed, kept):
+    """PyYAML builds an anchor's value once and hands the same dict to every alias of it, so a --set of a key inside
+    one place wrote it into each: --set pretrain.training.steps=50 over ``pretrain: {training: *t}`` also gave the
+    arms 50 steps, without a word."""
+    path = write_study("name: s\nseeds: [0]\ntraining: &t {batch_size: 32, steps: 2}\n"
+                       "pretrain: {data: {source: random_processes, n_images: 40}, public: generated, training: *t}\n"
+                       "arms:\n  - &a {name: a, mechanism: dp_sgd, target_epsilon: 8, attack: {batches: 1}}\n"
+                       "  - <<: *a\n    name: b\n")
+    [(key, value)] = override.items()
+    field = key.rpartition(".")[2]
+
+    def at(study, dotted):
+        for part in dotted.split("."):
+            study = study[int(part)] if part.isdigit() else getattr(study, part)
+        return getattr(study, field)
+
+    before, after = load_study(path), load_study(path, override)
+    assert at(after, changed) == value != at(before, changed)
+    assert at(after, kept) == at(before, kept)
+
+
 @pytest.mark.parametrize("key", ["[a, b]", "{a: 1}"])
 def test_a_list_or_a_section_as_a_key_is_named_by_its_line(write_study, key):
     """A key YAML allows but no mapping can hold: the check for keys given twice must leave it to PyYAML's own

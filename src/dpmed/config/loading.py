@@ -120,9 +120,21 @@ def _read_yaml(path: Path) -> Any:
         if node is None:
             return None
         _check_expanded_size(node)
-        return loader.construct_document(node)
+        return _unshared(loader.construct_document(node))
     finally:
         loader.dispose()
+
+
+def _unshared(value: Any) -> Any:
+    """``value`` with a section or list of its own wherever it holds one. PyYAML builds an anchor's value once and
+    gives every alias of it (``training: *t``, and what ``<<: *a`` merges in) that same object, so an override of a
+    key inside one place (--set pretrain.training.steps=50) wrote it into every place the alias stands: the arms'
+    training too, without a word. Scalars are immutable and kept."""
+    if isinstance(value, dict):
+        return {key: _unshared(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_unshared(item) for item in value]
+    return value
 
 
 # The most values a study file may hold once its aliases are expanded. A study is at most a few thousand values;
