@@ -257,9 +257,12 @@ def _load(args: argparse.Namespace) -> Any:
                                                              f"from the current directory, {Path.cwd()})")
             raise ConfigError(f"--data-path {args.data_path}: no such file or folder{tried}; pass the dataset's "
                               "file or folder")
+        # popped first, as a --set given again: applied after every --set (a --set data={...} replaces no option)
+        overrides.pop("data.path", None)
         overrides["data.path"] = str(data_path)
         origins["data.path"] = f"--data-path {args.data_path}"
     if args.device is not None:
+        overrides.pop("training.device", None)
         overrides["training.device"], origins["training.device"] = args.device, f"--device {args.device}"
     return load_study(args.study, overrides, origins=origins)
 

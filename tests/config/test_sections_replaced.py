@@ -108,3 +108,26 @@ def test_dpmed_plan_tells_it_once_before_the_plan(write_study, tmp_path, capsys)
                  "--set", "training={steps: 2, batch_size: 16}", "--set", "training.learning_rate=0.05"]) == 0
     told = [line for line in capsys.readouterr().err.splitlines() if "replaces the study file's whole" in line]
     assert len(told) == 1 and "so the file's lr_schedule is dropped" in told[0], told
+
+
+@pytest.mark.parametrize("sets, option, key", [
+    (["training.device=cuda", "training={steps: 2, device: cuda}"], ["--device", "cpu"], "training.device"),
+    (["data.path=a.npz", "data={source: medmnist, path: a.npz}"], ["--data-path", "b.npz"], "data.path"),
+])
+def test_device_and_data_path_hold_over_a_set_of_their_section_given_before_them_too(write_study, tmp_path,
+                                                                                      monkeypatch, sets, option, key):
+    """--device and --data-path apply after every --set. Before: a --set of their key took the options' place among
+    the overrides, so a later --set of the section replaced what the option gave, without a word (--device cpu
+    trained on the GPU)."""
+    import dpmed.config
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a.npz").write_bytes(b"")
+    (tmp_path / "b.npz").write_bytes(b"")
+    loaded, load = [], dpmed.config.load_study
+    monkeypatch.setattr(dpmed.config, "load_study", lambda *a, **k: loaded.append(load(*a, **k)) or loaded[-1])
+    path = write_study(STUDY)
+    main(["plan", str(path), "--out", str(tmp_path / "out"), "--no-estimate", *[f"--set={s}" for s in sets], *option])
+    section, _, name = key.partition(".")
+    given = str(tmp_path / option[1]) if key == "data.path" else option[1]     # a path read from the current folder
+    assert str(getattr(getattr(loaded[0], section), name)) == given
