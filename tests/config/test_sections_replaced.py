@@ -80,7 +80,32 @@ def test_an_arm_replaced_is_told_with_a_key_it_changes_as_the_example(write_stud
 def test_a_section_replaced_twice_is_told_once_by_the_override_applied_last(write_study, caplog):
     _, told, _ = _load(write_study, caplog, ["arms.dp={name: dp, mechanism: dp_sgd, target_epsilon: 2}",
                                              "arms.1={name: dp, mechanism: dp_sgd, target_epsilon: 3}"])
-    assert len(told) == 1 and told[0].startswith("--set arms.1=") and "delta is dropped" in told[0], told
+    dropped = [line for line in told if "replaces the study file's whole" in line]
+    assert len(dropped) == 1 and dropped[0].startswith("--set arms.1=") and "delta is dropped" in dropped[0], told
+
+
+@pytest.mark.parametrize("sets, earlier, later", [
+    (["training.batch_size=16", "training={steps: 2}"], "training.batch_size=16", "training={steps: 2}"),
+    (["training.lr_schedule.gamma=0.9", "training.lr_schedule={kind: step}"], "training.lr_schedule.gamma=0.9",
+     "training.lr_schedule={kind: step}"),
+    # one arm, by its name and by its index
+    (["arms.dp.delta=1e-7", "arms.1={name: dp, mechanism: dp_sgd, target_epsilon: 2, delta: 1e-6}"],
+     "arms.dp.delta=1e-7", "arms.1={name: dp, mechanism: dp_sgd, target_epsilon: 2, delta: 1e-6}"),
+    (["arms.1={name: dp, mechanism: dp_sgd, target_epsilon: 2, delta: 1e-6}",
+      "arms.dp={name: dp, mechanism: dp_sgd, target_epsilon: 3, delta: 1e-6}"],
+     "arms.1={name: dp, mechanism: dp_sgd, target_epsilon: 2, delta: 1e-6}",
+     "arms.dp={name: dp, mechanism: dp_sgd, target_epsilon: 3, delta: 1e-6}"),
+])
+def test_an_override_a_later_one_replaces_whole_is_told_as_changing_nothing(write_study, caplog, sets, earlier,
+                                                                            later):
+    """Overrides apply in order: before, --set training.batch_size=16 --set training={steps: 2} trained at the
+    default batch size, and nothing said the first --set was lost (where the file gave no batch size, nothing at
+    all was told)."""
+    study, told, path = _load(write_study, caplog, sets, STUDY.replace("batch_size: 32, ", ""))
+    assert study.training.batch_size == 64
+    lost = [line for line in told if "changes nothing" in line]
+    assert lost == [f"--set {earlier} (with study file {path}) changes nothing: --set {later}, given after it, "
+                    f"replaces all of {later.partition('=')[0]}; give it after that one to change it there"]
 
 
 @pytest.mark.parametrize("text, sets", [

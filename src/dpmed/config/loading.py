@@ -373,6 +373,7 @@ def load_study(path: str | Path | None = None, overrides: Mapping[str, Any] | No
     # each value copied: a later override of a key inside it (training.batch_size after training={...}) would else
     # write into the caller's own mapping
     applied = {key: _apply(raw, key, copy.deepcopy(value), origins[key]) for key, value in overrides.items()}
+    given = origins      # by each override's key: two may set one list item, by its name and by its index
     # keyed by the path as set, list items by index: a problem's location names an arm by its index
     created = {at: made for made, at in applied.values()}
     origins = {applied[key][1]: origin for key, origin in origins.items()}
@@ -388,6 +389,7 @@ def load_study(path: str | Path | None = None, overrides: Mapping[str, Any] | No
     except ValueError as exc:
         raise ConfigError(f"study file {path}: {exc}") from None
     study = study.given_with(origins, from_file=True)
+    _tell_overrides_replaced({key: at for key, (_, at) in applied.items()}, given, path)
     _tell_sections_replaced(in_file, raw, overrides, {key: at for key, (_, at) in applied.items()}, origins, path)
     _tell_settings_turned_off(study, path)
     try:
@@ -395,6 +397,21 @@ def load_study(path: str | Path | None = None, overrides: Mapping[str, Any] | No
     except (OSError, ValueError) as exc:   # a name too long for the file system, a NUL byte in it
         raise ConfigError(f"study file {path}: a path in it cannot be used ({exc}); fix data.path, model.weights "
                           "or pretrain.data.path") from None
+
+
+def _tell_overrides_replaced(applied: Mapping[str, str], origins: Mapping[str, str], path: Path) -> None:
+    """Warn of each override that a later one replaces whole: overrides apply in order, so ``--set
+    training.batch_size=16 --set training={steps: 2}`` trained at the batch size the second gives (or its default)
+    and the first changed nothing, without a word. ``applied``: each override's key as set, list items by index (so
+    that arms.dp and arms.1 are one item); ``origins``: how each was given, by its key."""
+    keys = list(applied)
+    for i, key in enumerate(keys):
+        at = applied[key].split(".")
+        later = next((k for k in reversed(keys[i + 1:]) if at[:len(applied[k].split("."))] == applied[k].split(".")),
+                     None)
+        if later is not None:
+            _log.warning("%s (with study file %s) changes nothing: %s, given after it, replaces all of %s; give it "
+                         "after that one to change it there", origins[key], path, origins[later], later)
 
 
 def _node_at(raw: Any, path: list[str]) -> Any:
