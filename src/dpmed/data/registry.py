@@ -87,7 +87,7 @@ class DatasetSource:
 
     read(request) returns the Dataset. generates: the source draws images at the requested size (the phantom)
     rather than resizing; reads_files: a file layout, decoded and preprocessed by assembly; otherwise arrays are
-    preprocessed by :func:`load_dataset`. options: the optional study keys it reads. layout: where its files go.
+    preprocessed by :func:`read_dataset`. options: the optional study keys it reads. layout: where its files go.
     reads_folder: its path names a folder (else a file), so that a message asks for the right one.
     publishes_split: its layout can carry a published split (``split.official`` then keeps it; a csv's only with
     ``columns.split``); without, every image is divided by the study's fractions.
