@@ -347,17 +347,12 @@ def _plan(args: argparse.Namespace) -> int:
     try:
         study = _load(args)     # first: a mistake in the study file is told before seconds of importing below
         from dpmed.executors import check_executor_options
-        from dpmed.models.installation import check_torchvision, needs_torchvision
         from dpmed.plan_command import print_plan
         from dpmed.pretraining import check_weights, refuse_changed_weights
-        from dpmed.study import check_device, checkpoints_of, estimate_times, prepare_study
+        from dpmed.study import check_machine, checkpoints_of, estimate_times, prepare_study
 
         check_executor_options(args.executor, workers=args.workers, address=args.address)   # as `run` would
-        # as `run_study` does, before the data are read or a folder is made: a GPU this machine lacks, a torchvision
-        # built for another torch (told here, not where a model imports it)
-        check_device(study)
-        if needs_torchvision(study):
-            check_torchvision()
+        check_machine(study)     # as `run_study` does, before the data are read or a folder is made
         prepared = prepare_study(study, out=args.out)
         refuse_changed_weights(study, prepared.folder)     # as `dpmed run` does, before it reads the weights
         check_weights(study, prepared.dataset)

@@ -59,8 +59,8 @@ from dpmed.suitability import check_classes, check_fit, check_patients
 from dpmed.timing import Rates, probe_rates
 from dpmed.workspace import claim_folder, withdraw_leftovers, withdraw_public_timing, writing_into
 
-__all__ = ["StudyResult", "PreparedStudy", "run_study", "prepare_study", "plan_study",
-           "load_study_data", "planned_card", "estimate_times", "check_device", "Checkpoints", "checkpoints_of"]
+__all__ = ["StudyResult", "PreparedStudy", "run_study", "prepare_study", "plan_study", "load_study_data",
+           "planned_card", "estimate_times", "check_device", "check_machine", "Checkpoints", "checkpoints_of"]
 
 _log = logging.getLogger(__name__)
 
@@ -135,10 +135,9 @@ class PreparedStudy:
 
 def check_device(study: Study) -> None:
     """A study that asks for a GPU this machine lacks is refused before the data are read, not when each run
-    starts, naming the option that asked for it where one did (``--device cuda``: `Study.origin`). Each command
-    checks once: `run_study` for `dpmed run` and a Python caller, `dpmed plan` itself. Public pretraining's own
-    device too: it trains first, after the private and public data are read and the folder is made, and was met
-    there as an internal error."""
+    starts, naming the option that asked for it where one did (``--device cuda``: `Study.origin`); checked with the
+    rest of the machine by `check_machine`. Public pretraining's own device too: it trains first, after the private
+    and public data are read and the folder is made, and was met there as an internal error."""
     devices = {"training.device": study.training.device}
     if study.pretrain is not None:
         devices["pretrain.training.device"] = study.pretrain.training.device
@@ -150,6 +149,16 @@ def check_device(study: Study) -> None:
             how = "dpmed run --device cpu" if key == "training.device" else f"set {key} to cpu or auto"
             raise ConfigError(f"{asked}, but this machine has no CUDA GPU that torch can use{build}; use device cpu "
                               f"or auto ({how}), or run where a GPU is")
+
+
+def check_machine(study: Study) -> None:
+    """What this machine must offer ``study``, checked before the data are read or a folder is made: the GPU it asks
+    for (`check_device`), and a torchvision built for this torch where its models need one (told here, not where a
+    model imports it). Each command checks once: `run_study` for `dpmed run` and a Python caller, `dpmed plan`
+    itself."""
+    check_device(study)
+    if needs_torchvision(study):
+        check_torchvision()
 
 
 def load_study_data(study: Study) -> Dataset:
@@ -557,9 +566,7 @@ def _bars_shown() -> bool:
 def _run_study(study: Study, *, out: Path | str, progress: bool, executor: str, workers: int, address: str | None,
                fail_fast: bool, worker_setup: Callable[[], None] | None) -> StudyResult:
     start = time.perf_counter()
-    check_device(study)
-    if needs_torchvision(study):    # a torchvision built for another torch, told before the data are read
-        check_torchvision()
+    check_machine(study)
     root = Path(out) / study.name
     with claim_folder(root), writing_into(root):
         prepared = prepare_study(study, out=out)
@@ -600,12 +607,11 @@ def _run_study(study: Study, *, out: Path | str, progress: bool, executor: str, 
         todo = [RunTask(plan, folder.run(plan.run_id)) for plan in prepared.todo]
         # a checkpoint that status and plan tell as continuing if the training data and a pretrained start are
         # unchanged, which run alone can check: one that fails it trains all its steps
-        plans_by_id = {plan.run_id: plan for plan in prepared.todo}
         tracker = StudyProgress(total=len(plans), earlier=len(prepared.finished), todo=prepared.todo,
                                 n_train=len(dataset.train), workers=workers if executor == "local" else len(todo) or 1,
                                 n_patients=dataset.train.n_patients,
                                 steps_left={run_id: left for run_id, left in checkpoints_of(prepared).steps_left.items()
-                                            if continues(plans_by_id[run_id], context, folder.run(run_id))})
+                                            if continues(planned[run_id], context, folder.run(run_id))})
 
         def on_outcome(task: RunTask, outcome: RunRecord | RunFailure) -> None:
             outcomes[task.plan.run_id] = outcome
