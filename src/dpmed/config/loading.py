@@ -389,8 +389,9 @@ def load_study(path: str | Path | None = None, overrides: Mapping[str, Any] | No
     except ValueError as exc:
         raise ConfigError(f"study file {path}: {exc}") from None
     study = study.given_with(origins, from_file=True)
-    _tell_overrides_replaced({key: at for key, (_, at) in applied.items()}, given, path)
-    _tell_sections_replaced(in_file, raw, overrides, {key: at for key, (_, at) in applied.items()}, origins, path)
+    as_set = {key: at for key, (_, at) in applied.items()}
+    _tell_overrides_replaced(as_set, given, path)
+    _tell_sections_replaced(in_file, raw, overrides, as_set, origins, path)
     _tell_settings_turned_off(study, path)
     try:
         return _with_paths_resolved(study, path)
@@ -407,8 +408,7 @@ def _tell_overrides_replaced(applied: Mapping[str, str], origins: Mapping[str, s
     keys = list(applied)
     for i, key in enumerate(keys):
         at = applied[key].split(".")
-        later = next((k for k in reversed(keys[i + 1:]) if at[:len(applied[k].split("."))] == applied[k].split(".")),
-                     None)
+        later = next((k for k in reversed(keys[i + 1:]) if schema.holds(applied[k], at)), None)
         if later is not None:
             _log.warning("%s (with study file %s) changes nothing: %s, given after it, replaces all of %s; give it "
                          "after that one to change it there", origins[key], path, origins[later], later)
@@ -457,14 +457,11 @@ def _tell_sections_replaced(in_file: dict, raw: dict, overrides: Mapping[str, An
     keys = list(overrides)
     for i, key in enumerate(keys):
         at = applied[key].split(".")
-
-        def holds(other: str) -> bool:     # the setting of `other` (as applied) replaces the one at `at`, or holds it
-            return at[:len(other.split("."))] == other.split(".")
-
         file_section, now = _node_at(in_file, at), _node_at(raw, at)
         if (not isinstance(overrides[key], dict) or not isinstance(file_section, dict) or not isinstance(now, dict)
-                or any(holds(applied[later]) for later in keys[i + 1:])
-                or any(holds(applied[earlier]) and applied[earlier] != applied[key] for earlier in keys[:i])):
+                or any(schema.holds(applied[later], at) for later in keys[i + 1:])
+                or any(schema.holds(applied[earlier], at) and applied[earlier] != applied[key]
+                       for earlier in keys[:i])):
             continue
         inside = applied[key] + "."
         dropped = _keys_dropped(file_section, now, {applied[k].removeprefix(inside) for k in keys[i + 1:]

@@ -450,12 +450,19 @@ class PretrainConfig(_Strict):
         return v
 
 
+def holds(at: str, path: list[str]) -> bool:
+    """Whether the setting at dotted key ``at`` is the one at ``path`` (its keys, a list item's index as text) or a
+    section holding it: setting ``at`` sets what is at ``path``."""
+    keys = at.split(".")
+    return path[:len(keys)] == keys
+
+
 def given_by(origins: Mapping[str, str], path: list[str]) -> str | None:
     """Which of ``origins`` (a dotted key as an option set it -> how, e.g. "--set data.split.seed=3") gave the
-    setting at ``path`` (its keys, a list item's index as text), or None: the one naming it or a section holding it,
-    and of two, the later, applied last (--set data.split={...} --set data.split.seed=3 names the second, which the
-    first does not hold)."""
-    return next((said for at, said in reversed(origins.items()) if path[:len(at.split("."))] == at.split(".")), None)
+    setting at ``path`` (its keys, a list item's index as text), or None: the one naming it or a section holding it
+    (`holds`), and of two, the later, applied last (--set data.split={...} --set data.split.seed=3 names the second,
+    which the first does not hold)."""
+    return next((said for at, said in reversed(origins.items()) if holds(at, path)), None)
 
 
 def describe_removal(key: str) -> str:
