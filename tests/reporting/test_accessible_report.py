@@ -13,9 +13,9 @@ from html.parser import HTMLParser
 import numpy as np
 
 from dpmed.comparisons import Comparisons
-from dpmed.numbers import number_text
 from dpmed.records import Timing
 from dpmed.reporting import PrivateRun, write_private_report
+from dpmed.reporting.inputs import eps_label
 
 
 @dataclass
@@ -158,8 +158,7 @@ def test_each_figure_s_alternative_text_says_what_it_plots(two_arms, report_html
     auroc = next(a for a in alts if a.startswith("Test AUROC (vertical axis)"))
     private = two_arms[1]
     assert "log scale" in auroc and "chance" in auroc
-    eps = number_text(private.privacy.epsilon, up=True)
-    assert f"{private.run_id} at {eps}, AUROC {private.metrics['test_auroc']:.3f}" in auroc
+    assert f"{private.run_id} at {eps_label(private.privacy)}, AUROC {private.metrics['test_auroc']:.3f}" in auroc
     assert f"{two_arms[0].run_id} {two_arms[0].metrics['test_auroc']:.3f}" in auroc        # the non-private line
     groups = [a for a in alts if a.startswith("Test AUROC (with")]
     assert {"sex", "age"} <= {re.search(r"for each (\w+) group", a).group(1) for a in groups}

@@ -807,6 +807,22 @@ def test_a_multi_seed_figure_s_text_alternative_says_a_point_is_a_mean_over_seed
     assert "one point per run" in auroc_alt(_seeds(make_record, {"none": [0.96], "eps1": [0.80]}))
 
 
+def test_the_figure_s_text_alternative_names_each_point_s_delta_accountant_neighbours_and_why_not_dp(make_record):
+    """Runs of different deltas and accountants: the axis sends the reader to each card, and the text alternative
+    gave each point a bare eps ("at 1") and a sampler-voided run "(not DP)" with no reason, where the report's
+    every other eps (tables, the fairness figures' text) names its delta, accountant and neighbours."""
+    records = [make_record("non-private_seed0", "non-private", metrics=_metrics(0.96, 0.94, 0.98)),
+               make_record("dp_eps1_seed0", "dp", "dp_sgd", eps=1.0, metrics=_metrics(0.80, 0.75, 0.85))]
+    r = make_record("dp_eps1e+06_seed0", "dp", "dp_sgd", eps=1e6, metrics=_metrics(0.9, 0.85, 0.95))
+    records.append(r.model_copy(update={"privacy": r.privacy.model_copy(
+        update={"accountant": "rdp", "delta": 1e-4, "is_dp": False, "sampler_voids": True})}))
+    text = auroc_alt(records).replace("\u00a0", " ").replace("\u2011", "-")   # the report's unbroken spaces
+    assert "see its card" in text       # the axis defers: the points must say it
+    assert "dp_eps1_seed0 at ε 0.99 (δ 1e-5, PLD, add/remove one image), AUROC 0.800" in text, text
+    assert ("dp_eps1e+06_seed0 at ε 990,000 (δ 0.0001, RDP, add/remove one image), not DP: noise below the "
+            "sampler's reach, AUROC 0.900") in text, text
+
+
 @pytest.mark.parametrize("narrow", [False, True])
 def test_saving_the_figure_shows_the_layout_its_labels_were_placed_in_without_laying_it_out_again(
         records, narrow, monkeypatch):

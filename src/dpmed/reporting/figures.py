@@ -20,8 +20,9 @@ from matplotlib.ticker import LogLocator, NullFormatter
 
 from dpmed.comparisons import summarise_seeds
 from dpmed.mechanisms.base import unit_words
-from dpmed.numbers import confidence_text, delta_text, number_text
+from dpmed.numbers import confidence_text, delta_text
 from dpmed.records import RunRecord
+from dpmed.reporting.inputs import eps_label
 from dpmed.reporting.point_labels import fit_inside
 
 __all__ = ["auroc_figure", "auroc_versus_epsilon", "auroc_alt", "spans_seeds", "ldp_examples_alt", "ldp_examples",
@@ -73,12 +74,13 @@ def spans_seeds(records: Iterable[RunRecord]) -> bool:
 def auroc_alt(records: Iterable[RunRecord]) -> str:
     """What :func:`auroc_figure` shows, in words, for a reader who cannot see it: its axes, each panel's points
     (run, eps, test AUROC) and the non-private line, read from the records it plots. A title alone ("test AUROC
-    versus epsilon") told a screen reader's user that a figure exists, not what it says."""
+    versus epsilon") told a screen reader's user that a figure exists, not what it says. Each point's eps is the
+    report's label (`eps_label`: its delta, accountant and neighbours, and why a run is not DP), as in the tables:
+    where the runs' deltas differ, the axis only points to the cards."""
     records = list(records)
     panels = []
     for panel in _panels(records):
-        points = [f"{r.run_id} at {number_text(panel.x(r), up=True)}, AUROC {r.estimate('test_auroc').value:.3f}"
-                  + ("" if r.privacy.is_dp else " (not DP)")
+        points = [f"{r.run_id} at {eps_label(r.privacy)}, AUROC {r.estimate('test_auroc').value:.3f}"
                   for r in records if panel.member(r) and plotted(r)]
         panels.append(f"Panel {panel.title}: {panel.xlabel}; " + ("; ".join(points) if points else "no point") + ".")
     base = [f"{r.run_id} {value:.3f}" for r, value in _defined([r for r in records if r.mechanism == "none"])]
