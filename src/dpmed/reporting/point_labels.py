@@ -11,19 +11,26 @@ from __future__ import annotations
 import re
 import textwrap
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
+from matplotlib.axes import Axes
 from matplotlib.collections import LineCollection
 from matplotlib.figure import Figure
 from matplotlib.path import Path
 from matplotlib.text import Annotation
-from matplotlib.transforms import Bbox
+from matplotlib.transforms import Bbox, BboxBase
+from numpy.typing import NDArray
 
 __all__ = ["fit_inside"]
 
+Align = Literal["left", "center", "right"]       # how a label's lines align
+Floats = NDArray[np.float64]
+Boxes = NDArray[np.float64]                      # boxes' extents, one row of (x0, y0, x1, y1) each
+Mask = NDArray[np.bool_]
 
-def _inside(box: Any, edge: Any) -> bool:
+
+def _inside(box: BboxBase, edge: BboxBase) -> bool:
     return edge.x0 <= box.x0 and box.x1 <= edge.x1 and edge.y0 <= box.y0 and box.y1 <= edge.y1
 
 
@@ -35,15 +42,16 @@ _ELBOW = 6.0          # points across and up or down from a point to its leader'
 # label beside a point at them must sit; its letters are read over a near-opaque white, not struck through. The pad
 # (fontsize units: about 1 point) stays inside _PAD, so the backing covers no marker or bar that its words clear.
 _BACKING = {"boxstyle": "square,pad=0.15", "facecolor": "white", "edgecolor": "none", "alpha": 0.85}
-_LEADER = {"arrowstyle": "-", "color": "#777777", "lw": 0.6, "shrinkA": 0, "shrinkB": 4.5}   # stops at a size-6 marker
+_SHRINK = 4.5         # points a leader stops short of its point: at a size-6 marker's edge
+_LEADER = {"arrowstyle": "-", "color": "#777777", "lw": 0.6, "shrinkA": 0, "shrinkB": _SHRINK}
 
 
-def _obstacles(ax: Any, pad: float) -> list[tuple[Any, Any]]:
+def _obstacles(ax: Axes, pad: float) -> list[tuple[tuple[float, float] | None, Bbox]]:
     """Every marker (each point of a line that has one) and bar (each segment of a line collection) of ``ax`` as a
     display box grown by ``pad`` pixels, each with the display centre of its marker (None for a bar): what no label
     may cover, so that a label cannot sit on, or beside and be read as naming, another point."""
     scale = ax.figure.dpi / 72
-    boxes = []
+    boxes: list[tuple[tuple[float, float] | None, Bbox]] = []
     for line in ax.get_lines():
         if line.get_marker() in (None, "None", "", " "):
             continue
@@ -52,7 +60,7 @@ def _obstacles(ax: Any, pad: float) -> list[tuple[Any, Any]]:
                   for x, y in line.get_transform().transform(line.get_xydata())]
     for bars in ax.collections:
         if isinstance(bars, LineCollection):
-            half = max(bars.get_linewidths(), default=1.0) / 2 * scale + pad
+            half = max(np.atleast_1d(bars.get_linewidth()), default=1.0) / 2 * scale + pad
             for segment in bars.get_segments():
                 ends = bars.get_transform().transform(segment)
                 (x0, y0), (x1, y1) = ends.min(0), ends.max(0)
@@ -82,13 +90,13 @@ class _Label:
     words: str
     dx: float
     dy: float
-    align: str
-    box: Any
+    align: Align
+    box: Bbox
     leader: Path | None = None
 
 
-def _grid(sizes: list[Any], gap: float, step: float, room: Any, taken: np.ndarray, at: Any,
-          later: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _grid(sizes: list[tuple[float, float]], gap: float, step: float, room: BboxBase, taken: Boxes, at: Floats,
+          later: Boxes) -> tuple[NDArray[np.intp], Floats, Floats, Mask]:
     """Where a label may go away from its point ``at`` (display), as (which wording, of display ``sizes``, the
     offset of its centre in pixels, and whether it blocks a later point; arrays): every place on a grid of ``step``
     pixels at least ``gap`` from the point where the label stays inside ``room`` (the axes) and covers none of
@@ -101,7 +109,7 @@ def _grid(sizes: list[Any], gap: float, step: float, room: Any, taken: np.ndarra
     dx, dy = (a.ravel() for a in np.meshgrid(xs, ys))
     taken = taken.reshape(-1, 1, 4)
     found = []
-    for n, (w, h) in enumerate(sizes):
+    for wording, (w, h) in enumerate(sizes):
         x0, y0, x1, y1 = at[0] + dx - w / 2, at[1] + dy - h / 2, at[0] + dx + w / 2, at[1] + dy + h / 2
         away = np.hypot(np.maximum(np.abs(dx) - w / 2, 0), np.maximum(np.abs(dy) - h / 2, 0))
         free = ~((x0 < taken[..., 2]) & (taken[..., 0] < x1) & (y0 < taken[..., 3]) & (taken[..., 1] < y1)).any(0)
@@ -109,19 +117,19 @@ def _grid(sizes: list[Any], gap: float, step: float, room: Any, taken: np.ndarra
         blocks = np.zeros_like(ok)
         for lo, hi in later[:, [0, 2]]:
             blocks |= (x0 < hi) & (lo < x1)
-        found.append((blocks[ok], np.rint(away[ok] / step), np.full(ok.sum(), n), dx[ok], dy[ok]))
+        found.append((blocks[ok], np.rint(away[ok] / step), np.full(ok.sum(), wording), dx[ok], dy[ok]))
     blocks, away, n, u, v = (np.concatenate(a) for a in zip(*found))
     order = np.lexsort((v, u, np.abs(v), n, away, blocks))       # the last key first
     return n[order], u[order], v[order], blocks[order]
 
 
-def _extents(boxes: list[Any]) -> np.ndarray:
+def _extents(boxes: list[Bbox]) -> Boxes:
     """The (x0, y0, x1, y1) of each of ``boxes``, one row each, lower edge first as `Bbox.overlaps` orders them."""
     e = np.array([b.extents for b in boxes], float).reshape(-1, 4)
     return np.hstack([np.minimum(e[:, :2], e[:, 2:]), np.maximum(e[:, :2], e[:, 2:])])
 
 
-def _near(a: np.ndarray, b: np.ndarray, margin: float = 0.0) -> np.ndarray:
+def _near(a: Boxes, b: Boxes, margin: float = 0.0) -> Mask:
     """Which of boxes ``a`` (rows of x0, y0, x1, y1) come within ``margin`` pixels of which of ``b`` (one row of a
     ``b`` column each), edges touching included: `Bbox.overlaps` of every pair at once at no margin. With a margin, a
     line whose extents are not near a box cannot cross it, so only the pairs near each other need matplotlib's exact
@@ -131,8 +139,8 @@ def _near(a: np.ndarray, b: np.ndarray, margin: float = 0.0) -> np.ndarray:
             & (a[..., 1] - margin <= b[..., 3]) & (b[..., 1] <= a[..., 3] + margin))
 
 
-def _leaders(at: np.ndarray, boxes: np.ndarray, dx: np.ndarray, dy: np.ndarray, elbow: float,
-             shrink: float) -> tuple[np.ndarray, np.ndarray]:
+def _leaders(at: Floats, boxes: Boxes, dx: Floats, dy: Floats, elbow: float,
+             shrink: float) -> tuple[Floats, Mask]:
     """The leader from each of the label ``boxes`` (extents) centred (dx, dy) from the point ``at`` back to it: from
     the label's nearest edge to a bend :data:`_ELBOW` across and up or down from the point, towards the label (level:
     above it), then to the point short of it by the shrink; straight where the bend is in line with both. Returns
@@ -145,7 +153,7 @@ def _leaders(at: np.ndarray, boxes: np.ndarray, dx: np.ndarray, dy: np.ndarray, 
     return np.stack([start, corner, end], 1), np.abs(u * q - v * p) > 1e-6
 
 
-def _crossing(lines: np.ndarray, bent: np.ndarray, boxes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _crossing(lines: Floats, bent: Mask, boxes: Boxes) -> tuple[Mask, Mask]:
     """Whether each of ``lines`` (vertices and bends from :func:`_leaders`) crosses each of ``boxes`` (extents), as
     matplotlib's `Path.intersects_bbox` (unfilled) decides it: its first vertex inside the box, edges included, or a
     segment reaching into it. Returns (crosses, unsure): where the two sides of a comparison come within rounding of
@@ -153,7 +161,7 @@ def _crossing(lines: np.ndarray, bent: np.ndarray, boxes: np.ndarray) -> tuple[n
     cx, cy = (boxes[:, 0] + boxes[:, 2]) * 0.5, (boxes[:, 1] + boxes[:, 3]) * 0.5
     w, h = np.abs(boxes[:, 0] - boxes[:, 2]), np.abs(boxes[:, 1] - boxes[:, 3])
 
-    def below(lhs: np.ndarray, rhs: np.ndarray, *terms: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def below(lhs: Floats, rhs: Floats, *terms: Floats) -> tuple[Mask, Mask]:
         slack = 1e-9 * (np.abs(lhs) + np.abs(rhs) + sum(np.abs(t) for t in terms) + 1.0)
         return rhs - lhs > slack, rhs - lhs < -slack               # surely below; surely not
 
@@ -172,69 +180,74 @@ def _crossing(lines: np.ndarray, bent: np.ndarray, boxes: np.ndarray) -> tuple[n
     return hits, ~hits & ~misses
 
 
-def _place(text: Annotation, boxes: list[Any], own: list[Any], leaders: list[Path], later: np.ndarray, room: Any,
-           points: float) -> _Label:
-    """Where a point's label goes: right, left, above or below the point (above and below clear of ``own``, its
-    bar and seeds), in each of its :func:`_wordings` in turn, the first place where it stays inside ``room`` (the
-    axes) and covers none of ``boxes`` (every marker but its point's, every bar, the labels placed) and no leader;
-    else away from the point (:func:`_grid`), with a leader from the label's nearest edge that bends :data:`_ELBOW`
-    short of the point and must cross no leader and none of ``boxes`` but ``own`` (they sit at the point: no line
-    could reach it past them); where every such leader would cross a bar or leader (points closer than its bend),
-    the nearest clear place with a leader that crosses. A place whose label or leader blocks a ``later`` point
-    (the room kept around each point still to be labelled: its leaders' bends, and a line of words above and below)
-    comes after every place that blocks none: a leader through that room leaves the later point's label no way
-    back to it past this leader, and that label's leader then crosses it. Where no place is clear (a tiny axes), the
-    first beside the point inside the axes, else the narrowest wording on the side with more room.
+def _place(text: Annotation, at: Floats, boxes: list[Bbox], own: list[Bbox], leaders: list[Path], later: Boxes,
+           room: BboxBase, points: float) -> _Label:
+    """Where the label of the point ``at`` (display) goes: right, left, above or below the point (above and below
+    clear of ``own``, its bar and seeds), in each of its :func:`_wordings` in turn, the first place where it stays
+    inside ``room`` (the axes) and covers none of ``boxes`` (every marker but its point's, every bar, the labels
+    placed) and no leader; else away from the point (:func:`_grid`), with a leader from the label's nearest edge
+    that bends :data:`_ELBOW` short of the point and must cross no leader and none of ``boxes`` but ``own`` (they
+    sit at the point: no line could reach it past them); where every such leader would cross a bar or leader
+    (points closer than its bend), the nearest clear place with a leader that crosses. A place whose label or leader
+    blocks a ``later`` point (the room kept around each point still to be labelled: its leaders' bends, and a line
+    of words above and below) comes after every place that blocks none: a leader through that room leaves the later
+    point's label no way back to it past this leader, and that label's leader then crosses it. Where no place is
+    clear (a tiny axes), the first beside the point inside the axes, else the narrowest wording on the side with
+    more room.
 
     Every place and its leader are tested against every box at once in numpy (:func:`_near`, :func:`_crossing`);
     matplotlib's own tests, one call per place and box (most of a figure's time when each was asked), decide only
     where a leader comes near another leader or numpy's rounding could decide otherwise. The wordings are measured as
     they are needed, each a text layout."""
-    at = np.asarray(text.axes.transData.transform(text.xy))
     x, y = at
     gap = _GAP / points
     above = max([gap] + [b.y1 - y + 1 for b in own])        # a pixel past their edge, which rounding may not clear
     below = max([gap] + [y - b.y0 + 1 for b in own])
     wordings = _wordings(text.get_text())
-    sizes: list[Any] = []      # measured as they are needed: most labels fit beside their point as they are
+    sizes: list[tuple[float, float]] = []      # measured as they are needed: most fit beside their point as they are
     taken = _extents(boxes)
     drawn = _extents([line.get_extents() for line in leaders])
 
-    def label(n: int, dx: float, dy: float, align: str) -> _Label:
+    def label(n: int, dx: float, dy: float, align: Align) -> _Label:
         w, h = sizes[n]
         return _Label(wordings[n], dx, dy, align, Bbox.from_bounds(x + dx - w / 2, y + dy - h / 2, w, h))
 
-    def free(box: Any, near: np.ndarray | None = None) -> bool:
+    def free(box: Bbox, near: Mask | None = None) -> bool:
         """Whether ``box`` covers none of ``boxes`` and no leader; ``near``: the leaders it comes near, where its
         cover of the boxes is already known."""
         if near is None:
-            if _near(box.extents[None], taken).any():
+            extents = np.asarray(box.extents)[None]         # one row: the stub's tuple is an array
+            if _near(extents, taken).any():
                 return False
-            near = _near(box.extents[None], drawn, 1.0)[0]
+            near = _near(extents, drawn, 1.0)[0]
         return not any(leaders[j].intersects_bbox(box, filled=False) for j in np.flatnonzero(near))
 
     beside = []
     for n, words in enumerate(wordings):
         sizes.append(_set(text, words, 0.0, 0.0, "center").size)
         w, h = sizes[n]
-        for place in ((gap + w / 2, 0.0, "left"), (-gap - w / 2, 0.0, "right"), (0.0, above + h / 2, "center"),
-                      (0.0, -below - h / 2, "center")):
+        places: tuple[tuple[float, float, Align], ...] = (
+            (gap + w / 2, 0.0, "left"), (-gap - w / 2, 0.0, "right"), (0.0, above + h / 2, "center"),
+            (0.0, -below - h / 2, "center"))
+        for place in places:
             placed = label(n, *place)
             if _inside(placed.box, room):
                 if free(placed.box):
                     return placed
                 beside.append(placed)
-    n, dx, dy, blocks = _grid(sizes, gap, text.get_fontsize() / 2 / points, room, taken, at, later)
-    w, h = np.array(sizes, float).reshape(-1, 2)[n].T
+    # the stub's font size may be a name ("large"); a text's is always its size in points
+    step = text.get_fontsize() / 2 / points  # type: ignore[operator]
+    wording, dx, dy, blocks = _grid(sizes, gap, step, room, taken, at, later)
+    w, h = np.array(sizes, float).reshape(-1, 2)[wording].T
     spans = np.stack([x + dx - w / 2, y + dy - h / 2, x + dx - w / 2 + w, y + dy - h / 2 + h], 1)   # as label's
-    lines, bent = _leaders(at, spans, dx, dy, _ELBOW / points, _LEADER["shrinkB"] / points)
+    lines, bent = _leaders(at, spans, dx, dy, _ELBOW / points, _SHRINK / points)
     reach = np.where(bent[:, None, None], lines, lines[:, [0, 0, 2]])       # the vertices each leader has
     reach = np.hstack([reach.min(1), reach.max(1)])
     mine = {id(b) for b in own}
     past = [k for k, b in enumerate(boxes) if id(b) not in mine]
     clear = np.flatnonzero(~_near(spans, taken).any(1))
 
-    def leader(k: int) -> Path:
+    def leader(k: int | np.intp) -> Path:
         return Path(lines[k] if bent[k] else lines[k, [0, 2]])           # else in line with it
 
     cuts, unsure = _crossing(lines[clear], bent[clear], later)
@@ -243,12 +256,12 @@ def _place(text: Annotation, boxes: list[Any], own: list[Any], leaders: list[Pat
     clear = clear[np.argsort(blocks[clear] | cuts.any(1), kind="stable")]      # nearest first within each
     on_box, crossed = _near(spans[clear], drawn, 1.0), _near(reach[clear], drawn, 1.0)
     hits, unsure = _crossing(lines[clear], bent[clear], taken[past])
-    blocked = hits.any(1)
+    blocked: Mask = np.any(hits, 1)     # an array: the method's stub allows a scalar
     crossing = None            # the nearest place whose leader must cross a bar or leader: kept as a fallback
     for i, k in enumerate(clear):
         if blocked[i] and crossing is not None:
             continue
-        placed = label(n[k], dx[k], dy[k], "left" if dx[k] > 0 else "right")
+        placed = label(wording[k], dx[k], dy[k], "left" if dx[k] > 0 else "right")
         if not free(placed.box, on_box[i]):
             continue
         line = leader(k)
@@ -269,7 +282,7 @@ def _place(text: Annotation, boxes: list[Any], own: list[Any], leaders: list[Pat
     return label(len(sizes) - 1, (gap + sizes[-1][0] / 2) * (1 if right else -1), 0.0, "left" if right else "right")
 
 
-def _set(text: Annotation, words: str, dx: float, dy: float, align: str) -> Any:
+def _set(text: Annotation, words: str, dx: float, dy: float, align: Align) -> Bbox:
     """Show ``words`` centred (dx, dy) display pixels from the point, its lines aligned ``align``; returns the
     text's window extent."""
     text.set_text(words)
@@ -281,17 +294,18 @@ def _set(text: Annotation, words: str, dx: float, dy: float, align: str) -> Any:
     return text.get_window_extent()
 
 
-def _arrow(placed: _Label, at: Any) -> dict[str, Any]:
-    """The arrow properties that draw ``placed``'s leader as :func:`_place` laid it out: from its point on the label
-    (``relpos``), to its bend, to the point ``at`` (display), short of it by the shrink."""
-    start, bend = placed.leader.vertices[:2]
+def _arrow(box: Bbox, leader: Path, at: Floats) -> dict[str, Any]:
+    """The arrow properties that draw the ``leader`` of the label ``box`` as :func:`_place` laid it out: from its
+    point on the label (``relpos``), to its bend, to the point ``at`` (display), short of it by the shrink."""
+    vertices = np.asarray(leader.vertices)
+    start, bend = vertices[:2]
     angles = (np.degrees(np.arctan2(*(b - a)[::-1])) for a, b in ((start, bend), (at, bend)))
     bent = {"connectionstyle": "angle,angleA={:.6g},angleB={:.6g},rad=0".format(*angles)} if len(
-        placed.leader) == 3 else {}
-    return {**_LEADER, **bent, "relpos": tuple((start - placed.box.p0) / placed.box.size)}
+        vertices) == 3 else {}
+    return {**_LEADER, **bent, "relpos": tuple((start - box.p0) / box.size)}
 
 
-def _place_all(ax: Any, texts: list[Annotation], points: float) -> list[_Label]:
+def _place_all(ax: Axes, texts: list[Annotation], points: float) -> list[_Label]:
     """Where each of ``texts`` (the labels of ``ax``'s points) goes (:func:`_place`), each clear of those placed
     before it, from the leftmost point to the rightmost: a label moved away from its point keeps clear of the
     points to its right, whose labels are still to come, and so does its leader where a place allows, so that a
@@ -316,11 +330,11 @@ def _place_all(ax: Any, texts: list[Annotation], points: float) -> list[_Label]:
         boxes = [b for _, b in others] + [p.box.padded(pad) for p in placed.values()]
         leaders = [p.leader for p in placed.values() if p.leader is not None]
         later = around[order[i + 1:]]
-        placed[k] = _place(texts[k], boxes, own, leaders, later, ax.bbox, points)
+        placed[k] = _place(texts[k], at[k], boxes, own, leaders, later, ax.bbox, points)
     return [placed[k] for k in range(len(texts))]
 
 
-def fit_inside(fig: Figure, axes: list[Any]) -> None:
+def fit_inside(fig: Figure, axes: list[Axes]) -> None:
     """Keep every text of the figure inside it, and each point's label off every other point, measured after
     layout: an x label wrapped by a character estimate can still spill over the figure's edge (rewrapped until it
     fits); a point's label goes where it stays inside its axes and covers no other label, no marker but its own
@@ -351,7 +365,8 @@ def fit_inside(fig: Figure, axes: list[Any]) -> None:
                 ax.annotate(placed.words, text.xy, xytext=text.xyann, textcoords="offset points", ha="center",
                             va="center", multialignment=placed.align, fontsize=text.get_fontsize(),
                             color=text.get_color(), bbox=_BACKING,
-                            arrowprops=_arrow(placed, ax.transData.transform(text.xy))).set_in_layout(False)
+                            arrowprops=_arrow(placed.box, placed.leader, ax.transData.transform(text.xy))
+                            ).set_in_layout(False)
                 text.remove()
     # The layout the labels were placed in is the one saved: a constrained layout run again by savefig took most of
     # the figure's time and, starting from the axes where this one left them, could move them by a pixel.
