@@ -651,6 +651,26 @@ def test_the_advice_for_a_rough_count_of_five_units_stays_within_size_epsilon_s_
     assert "training.steps" not in told and told.endswith("(at 1 it is +- 3); train on more units"), told
 
 
+@pytest.mark.parametrize("count", [11, 12, 150])
+def test_a_rough_count_is_told_that_no_size_epsilon_narrows_it_only_below_twelve_units(
+        write_study, tmp_path, caplog, monkeypatch, count):
+    """The clause "no size_epsilon within its limit narrows a count of fewer than 12 units" ended every warning at
+    size_epsilon 0.02, also of a count of 150, which size_epsilon = 12 / 150 narrows: it is told below 12 only."""
+    import logging
+
+    import dpmed.study
+
+    monkeypatch.setattr(dpmed.study, "release_sizes", lambda needed, **kwargs: {key: count for key in needed})
+    with caplog.at_level(logging.WARNING, logger="dpmed.study"):
+        _prepare(write_study, tmp_path, f"arms: [{DP}]\n")
+    [told] = [r.getMessage() for r in caplog.records if "is rough" in r.getMessage()]
+    assert "set size_epsilon = 12 / n, n a study size you may publish" in told, told
+    assert ("no size_epsilon within its limit" in told) == (count < 12), told
+    assert ("training.steps" in told) == (count < 12), told
+    if count >= 12:
+        assert told.endswith("it adds to each DP-SGD run's eps"), told
+
+
 @pytest.mark.parametrize("first", ["by_steps", "by_epochs"])
 def test_the_advice_for_a_rough_count_names_the_arms_whose_epochs_read_t_from_it_whichever_is_listed_first(
         write_study, tmp_path, caplog, monkeypatch, first):

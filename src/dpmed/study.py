@@ -282,11 +282,12 @@ def _tell_rough_counts(plans: list[RunPlan], arms_with_epochs: set[str]) -> None
     reads only the count and public settings (post-processing). Its advice sizes size_epsilon from a size the user
     may publish: one chosen from this count would be a function of it, spending its eps again where no card counts
     it, and one from the exact size would release that size outright. Below 12 units no size_epsilon within the
-    schema's limit narrows the count to a quarter of them: there it says so, and that training.steps keeps T off the
-    count (q = B / N still reads it) where a run of the count plans T by epochs, with no epochs on its arm (one of
-    ``arms_with_epochs``), which replace training.steps. Before, the first run of the count decided alone: a study
-    with training.steps whose arm listed first had epochs was told to set it, and one whose first had none was not
-    told that the other arms' epochs read T from the count."""
+    schema's limit narrows the count to a quarter of them: there, and only there, it says so (whether the count is
+    below 12 is read from the DP count, post-processing like the rest; told of 150 units, the clause only confused),
+    and that training.steps keeps T off the count (q = B / N still reads it) where a run of the count plans T by
+    epochs, with no epochs on its arm (one of ``arms_with_epochs``), which replace training.steps. Before, the first
+    run of the count decided alone: a study with training.steps whose arm listed first had epochs was told to set
+    it, and one whose first had none was not told that the other arms' epochs read T from the count."""
     told = set()
     limit = next(m.le for m in Study.model_fields["size_epsilon"].metadata if hasattr(m, "le"))
     # the margin is about ln(1 / (1 - confidence)) / eps, so 4 ln 20 / n, 12 / n, makes it a quarter of n
@@ -307,9 +308,11 @@ def _tell_rough_counts(plans: list[RunPlan], arms_with_epochs: set[str]) -> None
                     f"units so far (at {limit:g} it is +- {count_margin(limit)})")
         if dp.size_epsilon < limit:
             advice = (f"To narrow it to +- n / 4, set size_epsilon = {per_unit} / n, n a study size you may publish "
-                      f"(the protocol's), not this count nor the data; it adds to each DP-SGD run's eps. But "
-                      f"{at_limit}: for so few, set size_epsilon {limit:g}" + (f" and {steps}" if steps else ""))
-        else:
+                      f"(the protocol's), not this count nor the data; it adds to each DP-SGD run's eps")
+            if dp.released_count < per_unit / limit:    # the count is DP already: reading it is post-processing
+                advice += f". But {at_limit}: for so few, set size_epsilon {limit:g}" + (
+                    f" and {steps}" if steps else "")
+        else:   # rough at the limit is below 2 count_margin(limit) units, fewer than per_unit / limit
             advice = f"size_epsilon is at its limit: {at_limit}; " + (f"set {steps}, or " if steps else "") + (
                 "train on more units")
         _log.warning("the DP count of the training %s, %d, is rough at size_epsilon %g: the exact count lies within "
