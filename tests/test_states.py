@@ -535,6 +535,29 @@ def test_a_model_weights_file_that_cannot_be_read_is_told_once_as_what_run_refus
         ("a_seed0", "finished", ""), ("b_seed1", "pending", "")]
 
 
+@pytest.mark.parametrize("damaged", ["model.weights", "study.yaml"])
+def test_status_counts_runs_only_and_tells_a_file_the_study_needs_apart(study_folder, tmp_path, capsys, damaged):
+    """Status's summary counted the row of a model.weights file that cannot be read, or of an unreadable study.yaml,
+    as one more run: "1 finished, 1 unreadable" of a study of one run. It counts the runs, and names the file."""
+    from dpmed.cli import main
+
+    folder, records = study_folder("a_seed0")
+    weights = tmp_path / "w.pt"
+    weights.write_bytes(b"the weights the runs started from")
+    _with_weights(folder, weights)
+    files = folder.run("a_seed0")
+    files.make()
+    records["a_seed0"].model_copy(update={"start": _start(weights)}).write(files.record)
+    if damaged == "model.weights":
+        weights.unlink()
+    else:
+        folder.resolved_study.write_bytes(b"study: [unclosed\n")
+    assert main(["status", str(folder.root)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith(f"{damaged:<36} unreadable: ") and lines[1].startswith("a_seed0"), lines
+    assert lines[-1] == f"1 finished; {damaged} unreadable", lines
+
+
 def test_an_interrupted_run_after_public_pretraining_keeps_its_starting_weights_a_condition(study_folder, tmp_path):
     """The pretrained weights are those of the public images, which status does not read: where the model.weights
     file pretraining started from is unchanged, the starting weights stay a condition; where it changed, the run

@@ -441,16 +441,22 @@ def _privacy(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from dpmed.states import run_states
+    from dpmed.states import FileState, run_states
 
     _check_study_folder(args.dir)
     note = _holder_note(args.dir)
     counts: dict[str, int] = {}
-    for run_id, kind, detail in run_states(args.dir):
-        counts[kind] = counts.get(kind, 0) + 1
-        print(f"{run_id:<36} {kind}" + (f": {detail}" if detail else ""))
-    print(", ".join(f"{counts[k]} {k}" for k in ("finished", "unreadable", "failed", "interrupted",
-                                                 "interrupted release", "pending", "unknown") if k in counts))
+    files = []      # study.yaml or model.weights, unreadable: named after the runs' count, not counted as runs
+    for row in run_states(args.dir):
+        name, kind, detail = row
+        if isinstance(row, FileState):
+            files.append(f"{name} {kind}")
+        else:
+            counts[kind] = counts.get(kind, 0) + 1
+        print(f"{name:<36} {kind}" + (f": {detail}" if detail else ""))
+    runs = ", ".join(f"{counts[k]} {k}" for k in ("finished", "unreadable", "failed", "interrupted",
+                                                  "interrupted release", "pending", "unknown") if k in counts)
+    print("; ".join([runs, *files] if runs else files))
     if note:
         print(f"{note}: runs shown as interrupted or pending may be in progress")
     return 0

@@ -28,7 +28,7 @@ from dpmed.records import ResolvedStudy, RunRecord, StartRecord, read_record
 from dpmed.resumption import evaluated_otherwise_than_saved
 
 __all__ = ["read_resolved", "counts_shown", "run_states", "checkpoints_told", "folder_holder", "release_cut_short",
-           "StudyFileGiven"]
+           "StudyFileGiven", "FileState"]
 
 
 class StudyFileGiven(ConfigError):
@@ -72,6 +72,16 @@ def read_resolved(study_dir: Path) -> ResolvedStudy:
     return resolved
 
 
+class FileState(NamedTuple):
+    """A row of `run_states` that is no run: a file the study as a whole needs (study.yaml, model.weights) that
+    cannot be read now, listed before the runs. `dpmed status` counts the runs and names these apart: counted as one
+    more run, a study of one run was summed up as "1 finished, 1 unreadable"."""
+
+    name: str
+    state: str
+    detail: str
+
+
 class _Start(NamedTuple):
     """What `dpmed status` knows of where a study's runs start without reading any image: the ``model.weights``
     file (None: the study names none), its sha256 now (None: none named, or it cannot be read now), why it cannot
@@ -102,15 +112,16 @@ def _start_of(study: Study | None) -> _Start:
     return _Start(weights, sha, why, study.pretrain is not None)
 
 
-def _weights_state(start: _Start) -> list[tuple[str, str, str]]:
+def _weights_state(start: _Start) -> list[FileState]:
     """The model.weights file's row, where study.yaml names one that cannot be read now: `dpmed run` refuses the
     study file as it loads it (`dpmed.config.resolve_paths`), whatever state its runs are in, while status listed
     them as if nothing stood in the way. One row for the study, as for an unreadable study.yaml; none otherwise."""
     if start.unreadable is None:
         return []
-    return [("model.weights", "unreadable", f"{start.weights} {start.unreadable}: the next `dpmed run` refuses the "
-                                            "study before it reads any data or trains; restore the file, or set "
-                                            "model.weights in the study file to the weights file its runs start from")]
+    return [FileState("model.weights", "unreadable",
+                      f"{start.weights} {start.unreadable}: the next `dpmed run` refuses the study before it reads "
+                      "any data or trains; restore the file, or set model.weights in the study file to the weights "
+                      "file its runs start from")]
 
 
 def _weights_changed(start: _Start, then: str | None) -> str | None:
@@ -328,7 +339,8 @@ def run_states(study_dir: Path) -> list[tuple[str, str, str]]:
     `dpmed.budget`), and every interrupted release of a run it no longer lists.
 
     Where study.yaml is there but cannot be read (another version of dpmed wrote it), its state comes first, and
-    then the runs the folder holds files of: which are pending is not known without it."""
+    then the runs the folder holds files of: which are pending is not known without it. Both files' rows are
+    `FileState`s."""
     folder = StudyFolder(Path(study_dir))
     states = []
     resolved = None
@@ -340,8 +352,8 @@ def run_states(study_dir: Path) -> list[tuple[str, str, str]]:
     except ConfigError as exc:
         if not folder.resolved_study.is_file():
             raise
-        states.append(("study.yaml", "unreadable", f"{exc}; the runs below are those with files in the folder "
-                                                   "(which runs are pending is not known without it)"))
+        states.append(FileState("study.yaml", "unreadable", f"{exc}; the runs below are those with files in the "
+                                                            "folder (which runs are pending is not known without it)"))
         listed = sorted({p.name for base in (folder.runs, folder.private / "runs") if base.is_dir()
                          for p in base.iterdir() if p.is_dir()})
     cut, start = folder.interrupted_releases(), _start_of(None if resolved is None else resolved.study)

@@ -344,7 +344,7 @@ def test_a_damaged_study_yaml_is_named_not_a_traceback(quickstart, tmp_path, cap
     assert main(["status", str(copy)]) == 0                 # status names it and lists the runs it can see
     out = capsys.readouterr().out
     assert out.startswith(f"study.yaml                           unreadable: {copy / 'study.yaml'} cannot be read")
-    assert "Traceback" not in out and out.splitlines()[-1] == "4 finished, 1 unreadable"
+    assert "Traceback" not in out and out.splitlines()[-1] == "4 finished; study.yaml unreadable"
 
 
 def test_bad_study_file_fails_with_one_clear_message(write_study, tmp_path, capsys):
