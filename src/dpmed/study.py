@@ -537,6 +537,17 @@ def run_study(study: Study | Path | str, *, out: Path | str = "results", progres
                           worker_setup=worker_setup)
 
 
+def _tell_threats(tag: str, record: RunRecord, folder: RunFolder) -> None:
+    """Log the run's audit and reconstruction attack results, where it has them, as it trained or was evaluated
+    again (`dpmed.run.reevaluate`: the audit kept, the attack's interval at the study's confidence now): a run
+    evaluated again told neither, so a rerun at another confidence showed the attack's new interval only in run.json
+    and the report. Told from the main process, once per run."""
+    if folder.audit.is_file():   # shown to the user, never written to a shareable file
+        _tell_audit(tag, folder)
+    if record.attack is not None:
+        _tell_attack(tag, record.attack)
+
+
 def _tell_audit(tag: str, folder: RunFolder) -> None:
     """Log the statement of the run's private audit record (`read_audit`), or, where its file cannot be read or is
     not such a record (damaged, truncated, foreign), one warning saying so: the run has finished and its record is
@@ -605,6 +616,7 @@ def _run_study(study: Study, *, out: Path | str, progress: bool, executor: str, 
                 _log.info("[%d/%d] %s: finished earlier, %sevaluated again under this study's evaluation settings "
                           "from its model (not retrained: no privacy spent)", order[run_id], len(plans), run_id,
                           f"{why}: " if why else "")
+                _tell_threats(f"[{order[run_id]}/{len(plans)}] {run_id}", outcomes[run_id], folder.run(run_id))
             else:
                 _log.info("[%d/%d] %s: finished earlier, skipped", order[run_id], len(plans), run_id)
         todo = [RunTask(plan, folder.run(plan.run_id)) for plan in prepared.todo]
@@ -625,10 +637,7 @@ def _run_study(study: Study, *, out: Path | str, progress: bool, executor: str, 
                 auroc = outcome.estimate("test_auroc").value
                 _log.info("%s: test AUROC %s; %s", tag, "undefined" if auroc is None else format(auroc, ".3f"),
                           outcome.privacy.statement)
-                if task.folder.audit.is_file():   # shown to the user, never written to a shareable file
-                    _tell_audit(tag, task.folder)
-                if outcome.attack is not None:
-                    _tell_attack(tag, outcome.attack)
+                _tell_threats(tag, outcome, task.folder)
                 # now, not only when the command ends: a kill -9 skips that, and a finished run's files would keep
                 # wall times telling how long it trained (`StudyFolder.settle_times`); the end retries what fails
                 with contextlib.suppress(OSError):

@@ -143,6 +143,34 @@ def test_the_attack_s_result_is_told_on_the_terminal_as_run_json_gives_it(tmp_pa
     assert told[0] in folder.log.read_text()
 
 
+def test_a_run_evaluated_again_tells_its_audit_and_its_attack_at_the_new_confidence(tmp_path, capsys):
+    """A trained run told its audit and attack as it ended; one evaluated again (here at another confidence, which
+    recomputes the attack's interval and keeps the audit) told neither, once in the terminal and once in the log."""
+    (tmp_path / "s.yaml").write_text(
+        "name: again\ndata: {source: phantom, n_images: 300, image_size: 16}\n"
+        "training: {epochs: 1, batch_size: 16, threads: 1}\n"
+        "evaluation: {bootstrap_resamples: 20, fairness: null, explanations: null, confidence: 0.9}\n"
+        "arms:\n  - {name: open, mechanism: dp_sgd, noise_multiplier: 1.0e-9, privacy_unit: image, "
+        "attack: {batches: 1}, audit: {canaries: 20}}\n")
+    command = ["run", str(tmp_path / "s.yaml"), "--out", str(tmp_path / "out"), "--no-progress"]
+    assert main(command) == 0
+    capsys.readouterr()
+    folder = StudyFolder(tmp_path / "out" / "again")
+    log = len(folder.log.read_text().splitlines())
+    assert main([*command, "--set", "evaluation.confidence=0.95"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert any("evaluated again" in line for line in err), err
+    attack = read_record(folder.run("open_sigma1e-09_C1_seed0").record).attack
+    assert attack.ci_level == 0.95
+    told = [line for line in err if "attack success" in line]
+    assert len(told) == 1 and told[0].startswith("[1/1] open_sigma1e-09_C1_seed0: reconstruction attack success "), err
+    assert f"(95% CI; {attack.n_success} of {attack.n_trials} held-out test images)" in told[0]
+    audit = [line for line in err if ": audit (private: " in line]
+    assert len(audit) == 1 and "empirical lower bound eps >= " in audit[0], err
+    logged = folder.log.read_text().splitlines()[log:]
+    assert sum(told[0] in line for line in logged) == sum(audit[0] in line for line in logged) == 1
+
+
 def test_an_attack_not_above_chance_is_told_so_as_the_report_tells_it(caplog):
     """The report's rule: a rate whose interval reaches down to the chance rate is not above chance."""
     import logging
