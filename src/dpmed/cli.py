@@ -354,11 +354,11 @@ def _plan(args: argparse.Namespace) -> int:
         check_executor_options(args.executor, workers=args.workers, address=args.address)   # as `run` would
         check_machine(study)     # as `run_study` does, before the data are read or a folder is made
         prepared = prepare_study(study, out=args.out)
-        refuse_changed_weights(study, prepared.folder)     # as `dpmed run` does, before it reads the weights
+        sha = refuse_changed_weights(study, prepared.folder)     # as `dpmed run` does, before it reads the weights
         check_weights(study, prepared.dataset)
         if not args.no_estimate and prepared.todo:
             _log.info("estimating the study's time: timing a few steps of each kind of run (--no-estimate skips this)")
-        told = checkpoints_of(prepared)
+        told = checkpoints_of(prepared, sha)
         rates, seconds = ((None, {}) if args.no_estimate or not prepared.todo else
                           estimate_times(prepared, told.steps_left))
     finally:

@@ -306,7 +306,7 @@ def _refuse_clashes(folder: StudyFolder, same: Callable[[StartRecord | None], bo
                           f"delete those runs to retrain them {RETRAIN_NOTE}")
 
 
-def refuse_changed_weights(study: Study, folder: StudyFolder, sha: str | None = None) -> None:
+def refuse_changed_weights(study: Study, folder: StudyFolder, sha: str | None = None) -> str | None:
     """ConfigError naming the finished runs in ``folder`` that started from other contents of the study's
     ``model.weights`` file than it holds now (``sha``: its sha256, where the caller has it), directly or through
     public pretraining as the study does now, told by the hash the start recorded (`StartRecord.given_sha256`), as
@@ -314,10 +314,11 @@ def refuse_changed_weights(study: Study, folder: StudyFolder, sha: str | None = 
     the public images and checks them for overlap (minutes on a large set; the message named only the cache entries
     then, not the file that changed), and `dpmed plan`, which trains nothing, listed such runs as done. A start this
     cannot tell (an older dpmed's pretraining record keeps no hash; a start of the other kind) is left to
-    `refuse_other_starts`."""
+    `refuse_other_starts`. Returns the file's sha256 (None: the study names none), so that `dpmed plan` reads it
+    once for its checkpoints' lines too."""
     weights = study.model.weights
     if weights is None:
-        return
+        return None
     sha = sha or hash_weights(weights)
     pretrained = study.pretrain is not None
     clashes = []
@@ -332,6 +333,7 @@ def refuse_changed_weights(study: Study, folder: StudyFolder, sha: str | None = 
                           f"model.weights ({weights}){how} than the file holds now (sha256 {sha}): "
                           f"{'; '.join(clashes[:4])}; restore the file, use another output folder (--out), or delete "
                           f"those runs to retrain them {RETRAIN_NOTE}")
+    return sha
 
 
 def refuse_other_starts(folder: StudyFolder, start: StartRecord | None) -> None:

@@ -480,9 +480,11 @@ class Checkpoints:
         return {run_id: of - done for run_id, (done, of) in self.continued.items()}
 
 
-def checkpoints_of(prepared: PreparedStudy) -> Checkpoints:
-    """The checkpoints of ``prepared``'s runs still to train, told against the study as it will run them."""
-    return Checkpoints(checkpoints_told(prepared.folder.root, prepared.resolved(), [p.run_id for p in prepared.todo]))
+def checkpoints_of(prepared: PreparedStudy, weights_sha256: str | None = None) -> Checkpoints:
+    """The checkpoints of ``prepared``'s runs still to train, told against the study as it will run them;
+    ``weights_sha256``: its model.weights file's, where the command hashed it already (`checkpoints_told`)."""
+    return Checkpoints(checkpoints_told(prepared.folder.root, prepared.resolved(), [p.run_id for p in prepared.todo],
+                                        weights_sha256=weights_sha256))
 
 
 def estimate_times(prepared: PreparedStudy, left: Mapping[str, int] | None = None) -> tuple[Rates, dict[str, float]]:
@@ -621,11 +623,13 @@ def _run_study(study: Study, *, out: Path | str, progress: bool, executor: str, 
                 _log.info("[%d/%d] %s: finished earlier, skipped", order[run_id], len(plans), run_id)
         todo = [RunTask(plan, folder.run(plan.run_id)) for plan in prepared.todo]
         # a checkpoint that status and plan tell as continuing if the training data and a pretrained start are
-        # unchanged, which run alone can check: one that fails it trains all its steps
+        # unchanged, which run alone can check: one that fails it trains all its steps; the weights file as
+        # prepare_start hashed it
+        told = checkpoints_of(prepared, None if arms_start is None else arms_start.given_sha256)
         tracker = StudyProgress(total=len(plans), earlier=len(prepared.finished), todo=prepared.todo,
                                 n_train=len(dataset.train), workers=workers if executor == "local" else len(todo) or 1,
                                 n_patients=dataset.train.n_patients,
-                                steps_left={run_id: left for run_id, left in checkpoints_of(prepared).steps_left.items()
+                                steps_left={run_id: left for run_id, left in told.steps_left.items()
                                             if continues(planned[run_id], context, folder.run(run_id))})
 
         def on_outcome(task: RunTask, outcome: RunRecord | RunFailure) -> None:

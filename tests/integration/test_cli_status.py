@@ -430,6 +430,42 @@ def test_plan_says_what_the_next_run_does_with_an_interrupted_run_s_checkpoint(t
     _run_as_told(line, path, out, caplog, afresh, against="the study file's")
 
 
+def test_plan_and_run_hash_model_weights_once_and_see_a_file_changed_between_commands(tiny_text, tmp_path, capsys,
+                                                                                       monkeypatch):
+    """`dpmed plan` hashed the model.weights file twice (to refuse finished runs started from other contents, and
+    for its checkpoints' lines), `dpmed run` twice before its runs (each run checks it once more as it loads it): a
+    second full read, 0.14 s per 100 MB. Passed down within a command, the hash is taken once; a file changed
+    between two commands is still seen, and a checkpoint told against the hash passed down."""
+    import torch
+
+    import dpmed.folders
+    from dpmed.models import build_model
+
+    weights = tmp_path / "w.pt"
+    torch.save(build_model("small_cnn", in_channels=1, num_outputs=2, image_size=16, seed=1).state_dict(), weights)
+    path, out = tmp_path / "s.yaml", tmp_path / "out"
+    path.write_text(tiny_text.replace("  - {name: base, mechanism: none}\n", "")
+                    + f"model: {{name: small_cnn, weights: {weights}, weights_source: a test}}\n")
+    _stop_after_the_first_checkpoint(path, out, monkeypatch)
+    reads = []
+
+    def counted(file, *args, **kwargs):
+        reads.extend([file] if file == weights else [])
+        return open(file, *args, **kwargs)
+    monkeypatch.setattr(dpmed.folders, "open", counted, raising=False)     # file_sha256's reads
+    capsys.readouterr()
+    assert main(["plan", str(path), "--out", str(out), "--no-estimate"]) == 0
+    [line] = [line for line in capsys.readouterr().out.splitlines() if "interrupted:" in line]
+    assert len(reads) == 1 and "if its training data are unchanged" in line, (reads, line)
+    torch.save(build_model("small_cnn", in_channels=1, num_outputs=2, image_size=16, seed=2).state_dict(), weights)
+    assert main(["plan", str(path), "--out", str(out), "--no-estimate"]) == 0
+    [line] = [line for line in capsys.readouterr().out.splitlines() if "interrupted:" in line]
+    assert f"cannot continue: started from other contents of model.weights ({weights})" in line, line
+    reads.clear()
+    assert main(["run", str(path), "--out", str(out), "--no-progress"]) == 0
+    assert len(reads) == 2, reads      # once for the study, once as its one run loads the weights
+
+
 @pytest.mark.parametrize("data_changed", [False, True])
 def test_run_s_time_left_counts_a_continued_run_s_steps_after_its_checkpoint(tiny_text, tmp_path, caplog,
                                                                               monkeypatch, data_changed):
