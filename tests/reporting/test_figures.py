@@ -8,6 +8,7 @@ import re
 import numpy as np
 import pytest
 
+from matplotlib.lines import Line2D
 from matplotlib.path import Path
 from matplotlib.text import Annotation, Text
 from matplotlib.transforms import Bbox
@@ -902,3 +903,80 @@ def test_numpy_says_boxes_overlap_exactly_where_matplotlib_does_edges_touching_i
         assert near[i, j] == Bbox(boxes[i].reshape(2, 2)).overlaps(Bbox(boxes[j].reshape(2, 2))), (boxes[i], boxes[j])
     touching = (boxes[:, None, 2] == boxes[None, :, 0]) | (boxes[:, None, 3] == boxes[None, :, 1])
     assert (near & touching).any()                  # the case this test is about
+
+
+def _voided(records: list, eps: float) -> list:
+    """The records with every run at ``eps`` made not DP as run: its noise below the sampler's reach."""
+    return [r.model_copy(update={"privacy": r.privacy.model_copy(update={"is_dp": False, "sampler_voids": True})})
+            if r.mechanism == "dp_sgd" and r.plan.privacy.target_epsilon == eps else r for r in records]
+
+
+def _legend_markers(fig) -> dict[str, str]:
+    """Each legend entry with a marker: its label and whether the marker is "filled" or "hollow"."""
+    legend = fig.legends[0]
+    return {t.get_text(): "hollow" if h.get_markerfacecolor() == "none" else "filled"
+            for t, h in zip(legend.get_texts(), legend.legend_handles)
+            if isinstance(h, Line2D) and h.get_marker() not in (None, "None", "", " ", "|")}
+
+
+@pytest.mark.parametrize("narrow", [False, True])
+@pytest.mark.parametrize("seeds", [1, 2])
+def test_a_run_not_dp_as_run_is_drawn_hollow_under_a_legend_entry_that_says_so(make_record, narrow, seeds):
+    """A sampler-voided DP-SGD run (eps 1e6) was a filled blue circle under the legend's "DP-SGD", as the DP run
+    at eps 1: the legend called it DP, and only its label said "not DP". It is now hollow, every mark of it (with
+    several seeds the seeds' faint dots too), under "DP-SGD (not DP as run)"; the DP run stays filled under
+    "DP-SGD", and the text alternative says what the hollow markers are."""
+    records = _voided(_seeds(make_record, {"none": [0.96, 0.94][:seeds], "eps1": [0.80, 0.86][:seeds],
+                                           "eps1000000": [0.90, 0.88][:seeds]}), 1e6)
+    fig = auroc_figure(records, narrow=narrow)
+    assert _legend_markers(fig) == {"DP-SGD": "filled", "DP-SGD (not DP as run)": "hollow"}
+    (ax,) = fig.axes
+    marks = {}
+    for line in ax.get_lines():
+        if line.get_marker() == "o":
+            marks.setdefault(round(float(line.get_xdata()[0])), set()).add(line.get_markerfacecolor() == "none")
+    assert marks == {1: {False}, 990_000: {True}}
+    alt = auroc_alt(records)
+    assert "Hollow markers (legend: “DP-SGD (not DP as run)”): runs not DP as run" in alt, alt
+
+
+def test_a_local_dp_run_not_dp_as_run_is_not_named_local_dp_in_the_legend(records):
+    """A reproducible-mode pixel Laplace run (the seed known) is not local DP: its entry is "pixel Laplace (not DP
+    as run)", hollow, not "pixel Laplace (local DP)"."""
+    from dpmed.randomness import NOT_DP_REPRODUCIBLE
+
+    laplace = records[1]
+    seeded = laplace.model_copy(update={"privacy": laplace.privacy.model_copy(
+        update={"is_dp": False, "randomness": NOT_DP_REPRODUCIBLE})})
+    legend = _legend_markers(auroc_figure([records[0], seeded, records[2]]))
+    assert legend == {"pixel Laplace (not DP as run)": "hollow", "DP-SGD": "filled"}
+    assert "legend: “pixel Laplace (not DP as run)”" in auroc_alt([records[0], seeded, records[2]])
+    assert "Hollow" not in auroc_alt(records)
+
+
+def test_the_fairness_figures_draw_a_run_not_dp_as_run_hollow_as_the_auroc_figure_does(
+        two_arms, report_html, monkeypatch):
+    """The fairness figures give each run its own marker, and a run not DP as run (here the seed known) had a filled
+    one, as a DP run's. Now its every marker is hollow, the others' filled, in each layout, and the figure's text
+    alternative says what hollow means."""
+    from dpmed.randomness import NOT_DP_REPRODUCIBLE
+    from dpmed.reporting import fairness_section
+    from dpmed.reporting.study_figures import group_figure
+
+    base, private = two_arms
+    seeded = private.model_copy(update={"privacy": private.privacy.model_copy(
+        update={"is_dp": False, "randomness": NOT_DP_REPRODUCIBLE})})
+    figures = []
+    monkeypatch.setattr(fairness_section, "group_estimates",
+                        lambda *a, **kw: figures.append(group_figure(*a, **kw)) or b"\x89PNG\r\n\x1a\n")
+    page = report_html([base, seeded])
+    assert len(figures) == 4                                  # sex and age, each wide and narrow
+    for fig in figures:
+        hollow = {}
+        for line in fig.axes[0].get_lines():
+            hollow.setdefault(line.get_color(), set()).add(line.get_markerfacecolor() == "none")
+        assert hollow == {"C0": {False}, "C1": {True}}        # the runs in order: non-private, then the seeded one
+        assert _legend_markers(fig) == {t: ("hollow" if t.startswith(seeded.run_id) else "filled")
+                                        for t in _legend_markers(fig)}
+    assert page.count("one marker per run, hollow for a run not DP as run") == 2
+    assert "hollow" not in report_html([base, private]).split('id="fairness"')[1].split("<h2 ")[0]

@@ -10,12 +10,13 @@ flagged (`dpmed.comparisons.GroupFlag`).
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Callable, Collection, Sequence
 
 from dpmed.comparisons import MIN_CLASS_COUNT
 from dpmed.evaluation.fairness import named_groups, uncompared_groups
 from dpmed.evaluation.summaries import AttributeFairness, Estimate, Fairness, GroupFairness, Spread
 from dpmed.records import RunRecord
+from dpmed.reporting.figures import not_dp_as_run
 from dpmed.reporting.inputs import (METHODS, ReportInputs, column_table, embed_figure, eps_label, escape as _e,
                                     estimate_text as _est, not_computed_text, r_and_p, stacked,
                                     undefined_redraws_flag)
@@ -26,14 +27,16 @@ __all__ = ["fairness_section"]
 
 
 def _groups_alt(name: str, groups: Sequence[str], series: Sequence[tuple[str, Sequence[Estimate | None]]],
-                level: str) -> str:
+                level: str, not_dp: Collection[int] = ()) -> str:
     """What a fairness figure shows, in words: its axes, and each run's test AUROC per group, from the values it
-    plots ("AUROC by age" alone named the figure, not what it says)."""
+    plots ("AUROC by age" alone named the figure, not what it says); which markers are hollow (``not_dp``: the
+    series not DP as run), where some are."""
     runs = "; ".join(f"{label}: " + ", ".join(f"{g} {'undefined' if e is None or e.value is None else f'{e.value:.3f}'}"
                                                for g, e in zip(groups, estimates))
                      for label, estimates in series)
-    return (f"Test AUROC (with {level} intervals) for each {name} group ({', '.join(groups)}), one marker per run: "
-            f"{runs}.")
+    hollow = ", hollow for a run not DP as run" if not_dp else ""
+    return (f"Test AUROC (with {level} intervals) for each {name} group ({', '.join(groups)}), one marker per "
+            f"run{hollow}: {runs}.")
 
 
 def _undefined_share(spread: Spread | None, resamples: int) -> str:
@@ -98,9 +101,10 @@ def _fairness_attribute(name: str, runs: list[tuple[RunRecord, Fairness, Attribu
               for r, _, e in runs]
     ticks = [f"{g} *" if g in small else g for g in groups]
     title = f"AUROC by {name} ({level} intervals)" + ("; * small group" if small else "")
-    figure = embed_figure(group_estimates(ticks, series, ylabel="test AUROC", title=title),
-                          group_estimates(ticks, series, ylabel="test AUROC", title=title, narrow=True),
-                          inputs.folder.root / f"fairness_{name}.png", _groups_alt(name, groups, series, level))
+    not_dp = {k for k, (r, _, _) in enumerate(runs) if not_dp_as_run(r)}
+    figure = embed_figure(group_estimates(ticks, series, ylabel="test AUROC", title=title, not_dp=not_dp),
+                          group_estimates(ticks, series, ylabel="test AUROC", title=title, narrow=True, not_dp=not_dp),
+                          inputs.folder.root / f"fairness_{name}.png", _groups_alt(name, groups, series, level, not_dp))
     head = "".join(f"<th>{_e(g)}</th>" for g in groups)
 
     def warning_mark(title: str) -> str:

@@ -22,11 +22,12 @@ from dpmed.comparisons import summarise_seeds
 from dpmed.mechanisms.base import unit_words
 from dpmed.numbers import confidence_text, delta_text
 from dpmed.records import RunRecord
-from dpmed.reporting.inputs import eps_label
+from dpmed.reporting.inputs import eps_label, not_dp_text
 from dpmed.reporting.point_labels import fit_inside
 
 __all__ = ["auroc_figure", "auroc_versus_epsilon", "auroc_alt", "spans_seeds", "ldp_examples_alt", "ldp_examples",
-           "ldp_examples_figure", "FONT", "NARROW_INCHES", "image_rows", "plot_interval", "plotted", "png_bytes"]
+           "ldp_examples_figure", "FONT", "NARROW_INCHES", "NOT_DP_MARKER", "image_rows", "not_dp_as_run",
+           "plot_interval", "plotted", "png_bytes"]
 
 # Type sizes in points, per layout: (dpi, text). Narrow figures are 3.9 in wide at 200 dpi (780 px) and shown at
 # 358 CSS px, so 11 pt is 11 * 200 / 72 * 358 / 780 = 14 CSS px; wide ones are shown at about their own size.
@@ -76,7 +77,8 @@ def auroc_alt(records: Iterable[RunRecord]) -> str:
     (run, eps, test AUROC) and the non-private line, read from the records it plots. A title alone ("test AUROC
     versus epsilon") told a screen reader's user that a figure exists, not what it says. Each point's eps is the
     report's label (`eps_label`: its delta, accountant and neighbours, and why a run is not DP), as in the tables:
-    where the runs' deltas differ, the axis only points to the cards."""
+    where the runs' deltas differ, the axis only points to the cards. Where some point is not DP as run, it says
+    what the hollow markers and their legend entry mean, as the figure does."""
     records = list(records)
     panels = []
     for panel in _panels(records):
@@ -91,8 +93,11 @@ def auroc_alt(records: Iterable[RunRecord]) -> str:
     else:
         lead = "one point per run. "
         line = f" Horizontal line: the non-private test AUROC ({', '.join(base)})." if base else ""
+    entries = dict.fromkeys(_legend_entry(r.mechanism, True)[2] for r in records if plotted(r) and not_dp_as_run(r))
+    hollow = (f" Hollow markers (legend: {', '.join(f'“{e}”' for e in entries)}): runs not DP as run, each at its "
+              "ε as accounted, which does not hold; filled markers: DP runs." if entries else "")
     return ("Test AUROC (vertical axis) against ε (horizontal axis, log scale), " + lead
-            + " ".join(panels) + line + " Dotted line: chance, 0.5.")
+            + " ".join(panels) + hollow + line + " Dotted line: chance, 0.5.")
 
 
 def ldp_examples_alt(rows: list[tuple[str, Any, Any]]) -> str:
@@ -216,8 +221,25 @@ def _panels(records: list[RunRecord]) -> list[_Panel]:
     return present or [central]
 
 
-_MARKERS = {"dp_sgd": ("o", "tab:blue", "DP-SGD"), "pixel_laplace": ("s", "tab:orange", "pixel Laplace (local DP)"),
-            "pixel_gaussian": ("^", "tab:green", "pixel Gaussian (local DP)")}
+# Each mechanism's marker, colour, name and what its legend entry adds for a DP run. A run not DP as run (a
+# sampler-voided or reproducible-mode run at its accounted eps) is drawn hollow under an entry of its own, "DP-SGD
+# (not DP as run)": under the DP runs' filled "DP-SGD" it was called DP by the legend, its label's "not DP" aside.
+_MARKERS = {"dp_sgd": ("o", "tab:blue", "DP-SGD", ""),
+            "pixel_laplace": ("s", "tab:orange", "pixel Laplace", " (local DP)"),
+            "pixel_gaussian": ("^", "tab:green", "pixel Gaussian", " (local DP)")}
+NOT_DP_MARKER = {"mfc": "none", "mew": 1.5}     # hollow: a run of a privacy mechanism that is not DP as run
+
+
+def _legend_entry(mechanism: str, hollow: bool) -> tuple[str, str, str]:
+    """The marker, colour and legend label of a mechanism's points, DP ones or (``hollow``) not DP as run."""
+    marker, color, name, kind = _MARKERS.get(mechanism, ("D", "tab:purple", mechanism, ""))
+    return marker, color, name + (" (not DP as run)" if hollow else kind)
+
+
+def not_dp_as_run(r: RunRecord) -> bool:
+    """Whether a run of a privacy mechanism is not DP as run (its card's claim does not hold, or it has none): the
+    figures draw it hollow, under a legend entry that says so. A non-private run claims nothing, and is not one."""
+    return not_dp_text(r.privacy) is not None
 
 
 def auroc_figure(records: Iterable[RunRecord], *, confidence: float = 0.95, narrow: bool = False) -> Figure:
@@ -227,8 +249,9 @@ def auroc_figure(records: Iterable[RunRecord], *, confidence: float = 0.95, narr
     remove one patient or image) answer different questions, so they never share an axis: one panel each, where
     both kinds are in the study. Every point carries its label, beside it or, where the points around it leave no
     room, joined to it by a leader. In every panel the non-private AUROC is a line with a band, and chance (0.5) a
-    dotted line; the legend names all three. The AUROC axis starts at 0.4 unless a value it shows reaches lower: a
-    run below chance is shown, not cut off.
+    dotted line; the legend names all three. A run not DP as run (`not_dp_as_run`) is drawn hollow, under its
+    mechanism's entry "... (not DP as run)", never the DP runs' filled one. The AUROC axis starts at 0.4 unless a
+    value it shows reaches lower: a run below chance is shown, not cut off.
 
     With one seed, each run is a point with its bootstrap interval, and the band is the non-private run's interval.
     With several, each configuration is one point: the mean of its seeds' AUROC at the mean of their eps (a
@@ -259,7 +282,7 @@ def auroc_figure(records: Iterable[RunRecord], *, confidence: float = 0.95, narr
     lows = [0.4] + [y for value, low, _ in lines for y in (value, low) if y is not None]
     configurations = [_configurations([r for r in records if p.member(r)], several_seeds) for p in panels]
     counts_differ = len({len(_defined(runs)) for c in configurations for runs in c} - {0}) > 1
-    used: dict[str, tuple[str, str, str]] = {}
+    used: dict[tuple[str, bool], tuple[str, str, str]] = {}       # (mechanism, not DP as run): its legend entry
     for ax, panel, panel_runs in zip(axes, panels, configurations):
         for value, low, high in lines:
             ax.axhline(value, color="k", lw=1)
@@ -272,13 +295,15 @@ def auroc_figure(records: Iterable[RunRecord], *, confidence: float = 0.95, narr
             if not shown:
                 continue
             r, _ = shown[0]
-            marker, color, name = _MARKERS.get(r.mechanism, ("D", "tab:purple", r.mechanism))
-            used[r.mechanism] = (marker, color, name)
+            hollow = any(not_dp_as_run(r) for r, _ in shown)
+            marker, color, _ = used[r.mechanism, hollow] = _legend_entry(r.mechanism, hollow)
+            style = NOT_DP_MARKER if hollow else {}
             x = sum(panel.x(r) for r, _ in shown) / len(shown)
             y, low, high = _point(shown, several_seeds, confidence)
             if several_seeds:
-                ax.plot([x] * len(shown), [value for _, value in shown], marker, ms=3, color=color, alpha=0.35)
-            plot_interval(ax, x, y, low, high, marker=marker, color=color, ms=6)
+                ax.plot([x] * len(shown), [value for _, value in shown], marker, ms=3, color=color, alpha=0.35,
+                        **style)
+            plot_interval(ax, x, y, low, high, marker=marker, color=color, ms=6, **style)
             reasons = dict.fromkeys(r.privacy.why_not_dp_in_brief for r, _ in shown if not r.privacy.is_dp)
             why = f" (not DP: {'; '.join(reasons)})" if reasons else ""
             label = r.plan.label + (_seeds_text(len(shown), len(runs), counts_differ) if several_seeds else "") + why
@@ -310,8 +335,9 @@ def auroc_figure(records: Iterable[RunRecord], *, confidence: float = 0.95, narr
         for ax in axes[1:]:
             ax.set_ylabel("test AUROC", fontsize=size)
     axes[0].set_ylim(max(0.0, min(lows) - 0.02) if min(lows) < 0.4 else 0.4, 1.01)
-    handles: list[Line2D | Patch] = [Line2D([], [], marker=m, color=c, ls="none", label=label)
-                                     for m, c, label in used.values()]
+    handles: list[Line2D | Patch] = [Line2D([], [], marker=m, color=c, ls="none", label=label,
+                                            **(NOT_DP_MARKER if hollow else {}))
+                                     for (_, hollow), (m, c, label) in used.items()]
     if several_seeds and used:
         handles.append(Line2D([], [], marker="|", ms=10, color="grey", ls="none",
                               label=f"bars: {level} t interval over seeds, faint dots: each seed"))

@@ -8,13 +8,13 @@ layout for phones (:data:`~dpmed.reporting.figures.FONT`).
 from __future__ import annotations
 
 import textwrap
-from typing import Sequence
+from typing import Collection, Sequence
 
 import numpy as np
 from matplotlib.figure import Figure
 
 from dpmed.evaluation.summaries import Estimate
-from dpmed.reporting.figures import FONT, NARROW_INCHES, image_rows, plot_interval, png_bytes
+from dpmed.reporting.figures import FONT, NARROW_INCHES, NOT_DP_MARKER, image_rows, plot_interval, png_bytes
 
 __all__ = ["group_estimates", "group_figure", "cam_grid", "cam_grid_figure"]
 
@@ -24,16 +24,18 @@ _MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "*")
 
 
 def group_estimates(groups: Sequence[str], series: Sequence[tuple[str, Sequence[Estimate | None]]], *,
-                    ylabel: str, title: str, narrow: bool = False) -> bytes:
+                    ylabel: str, title: str, narrow: bool = False, not_dp: Collection[int] = ()) -> bytes:
     """:func:`group_figure` as PNG bytes."""
-    return png_bytes(group_figure(groups, series, ylabel=ylabel, title=title, narrow=narrow))
+    return png_bytes(group_figure(groups, series, ylabel=ylabel, title=title, narrow=narrow, not_dp=not_dp))
 
 
 def group_figure(groups: Sequence[str], series: Sequence[tuple[str, Sequence[Estimate | None]]], *,
-                 ylabel: str, title: str, narrow: bool = False) -> Figure:
+                 ylabel: str, title: str, narrow: bool = False, not_dp: Collection[int] = ()) -> Figure:
     """One point with its interval per (run, group): groups on x, runs side by side within a group.
 
-    ``series``: (run label, one estimate or None per group). Undefined values are left out. The
+    ``series``: (run label, one estimate or None per group). Undefined values are left out. ``not_dp``: the
+    indices in ``series`` of runs not DP as run (`~dpmed.reporting.figures.not_dp_as_run`), drawn hollow as in the
+    AUROC-versus-eps figure, so no marker of theirs looks like a DP run's. The
     narrow layout (a phone) puts the groups on y and the values on x, so long group names and many runs still fit a
     358 px column."""
     dpi, size = FONT[narrow]
@@ -54,12 +56,13 @@ def group_figure(groups: Sequence[str], series: Sequence[tuple[str, Sequence[Est
     width = 0.8 / max(1, len(series))
     for k, (label, estimates) in enumerate(series):
         color, marker = f"C{k % 10}", _MARKERS[k % len(_MARKERS)]
+        style = NOT_DP_MARKER if k in not_dp else {}
         legend: str | None = label                          # one legend entry per run: on its first point
         for i, est in enumerate(estimates):
             if est is None or est.value is None:
                 continue
             point = plot_interval(ax, i - 0.4 + width * (k + 0.5), est.value, est.low, est.high,
-                                  across=narrow, marker=marker, ms=5, color=color)
+                                  across=narrow, marker=marker, ms=5, color=color, **style)
             if legend is not None:
                 point.set_label(legend)
                 legend = None
