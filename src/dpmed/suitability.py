@@ -11,6 +11,7 @@ before it draws any DP count (:func:`check_fit`).
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -84,8 +85,8 @@ def check_classes(dataset: Dataset, *, where: str) -> None:
     if kind == "binary":
         counts = np.bincount(np.asarray(dataset.val.labels).reshape(-1).astype(np.int64), minlength=2)
         # a published validation split is kept as published: data.split.val_fraction gives it nothing
-        how = ("the split column or folders that publish it" if "val" in dataset.source.get("split", {}).get(
-            "published", ()) else "data.split.val_fraction, or the split column or folders")
+        how = ("the split column or folders that publish it" if "val" in _published(dataset)
+               else "data.split.val_fraction, or the split column or folders")
         for c in np.flatnonzero(counts < MIN_CLASS_COUNT):
             _log.warning("%s: the validation split holds only %d images of class %s: the threshold every run "
                          "decides at (Youden's J) is chosen on them, so its sensitivity and specificity may not "
@@ -105,6 +106,12 @@ def check_classes(dataset: Dataset, *, where: str) -> None:
                             "(data.split, or the split column or folders), or leave that class's rows out")
 
 
+def _published(dataset: Dataset) -> Sequence[str]:
+    """The splits of ``dataset`` its layout publishes (its ``source``'s split record), none where it has none."""
+    split = dataset.source.get("split")
+    return split.get("published", ()) if isinstance(split, Mapping) else ()
+
+
 def _check_evaluated_classes_in_training(dataset: Dataset, *, where: str) -> None:
     """DataError where validation or test holds a class of a multiclass task that no training image holds: its
     output is never trained, so its one-vs-rest AUROC (averaged into the macro) measures an untrained output and
@@ -114,7 +121,7 @@ def _check_evaluated_classes_in_training(dataset: Dataset, *, where: str) -> Non
     trained = set(np.unique(np.asarray(dataset.train.labels)).tolist())
     # the seed and fractions move no image of a split the layout publishes
     published = ("; a published split is divided anew with data.split.official: false"
-                 if dataset.source.get("split", {}).get("published") else "")
+                 if _published(dataset) else "")
     for c in range(len(names)):
         held = [(split, int(np.count_nonzero(np.asarray(images.labels) == c)))
                 for split, images in (("validation", dataset.val), ("test", dataset.test))]

@@ -259,7 +259,8 @@ class DataConfig(_Strict):
         reader's notes and which splits the layout publishes (``Dataset.source``), never from a count of its images;
         those `settings_turned_off` tells of already are left to it."""
         off = []
-        if "views" in self.model_fields_set and self.views == "all" and views_unnamed(dataset.source.get("views", "")):
+        views = dataset.source.get("views")
+        if "views" in self.model_fields_set and self.views == "all" and isinstance(views, str) and views_unnamed(views):
             off.append(("views", f"{dataset.name} names no film's view (every film is read without it)"))
         split, made = self.split, dataset.source.get("split")
         if split is None or not isinstance(made, Mapping):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import difflib
 import math
 import re
-from typing import Any, Mapping, get_args
+from typing import Any, Mapping, Sequence, get_args
 
 from pydantic import BaseModel, ValidationError
 
@@ -95,7 +95,7 @@ def _expected(error: Mapping[str, Any]) -> str:
     return error["msg"].removeprefix("Value error, ").removeprefix("Input should be ").strip()
 
 
-def _merge_unions(errors: list[Mapping[str, Any]]) -> list[tuple[Mapping[str, Any], list[str | int], str | None]]:
+def _merge_unions(errors: Sequence[Mapping[str, Any]]) -> list[tuple[Mapping[str, Any], list[str | int], str | None]]:
     """(error, location, text or None) per problem: a value that fits no member of a union (``epochs: abc`` for
     ``int | "auto"``) is one problem, not one per member."""
     groups: dict[tuple[str | int, ...], list[Mapping[str, Any]]] = {}
@@ -108,7 +108,7 @@ def _merge_unions(errors: list[Mapping[str, Any]]) -> list[tuple[Mapping[str, An
                                                       and _is_union_member(e["loc"][-1]))]
         if not groups[loc]:
             del groups[loc]
-    problems = []
+    problems: list[tuple[Mapping[str, Any], list[str | int], str | None]] = []
     for loc, group in groups.items():
         if len(group) == 1:
             problems.append((group[0], list(loc), None))
@@ -188,8 +188,8 @@ def _describe(error: Mapping[str, Any], loc: list[str | int]) -> str:
     if kind == "missing":
         return f"{where}: required key is missing"
     if kind == "invalid_key":   # pydantic's location of it is the key as text, or (a boolean) as 0 or 1
-        key = error.get("input")
-        key = "null" if key is None else str(key).lower() if isinstance(key, bool) else key     # in YAML's words
+        given = error.get("input")
+        key = "null" if given is None else str(given).lower() if isinstance(given, bool) else given    # in YAML's words
         return (f"{_where(loc[:-1]) or 'the top level'}: the key {key} is not text (YAML reads a key "
                 "such as 1, 3.5, yes or null as a number, true or false, or null); quote it (\"1\": ...), or remove it")
     if kind == "union_tag_not_found":   # an arm without ``mechanism``: pydantic speaks of its discriminator

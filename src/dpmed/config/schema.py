@@ -298,13 +298,16 @@ class TrainingConfig(_Strict):
         return settings
 
 
+_ATTRIBUTES: tuple[Literal["sex", "age"], ...] = ("sex", "age")     # what a dpmed Sample records of a patient
+
+
 class FairnessConfig(_Strict):
     """Per-group metrics (METHODS.md s.5): the attributes to group test patients by (sex and age, the attributes a
     dpmed Sample records) and the age bin edges ([0,30), [30,60), ... as 003_9a91354dc2d7e2df.txt; ages from the last
     edge on form a group, as do known ages below the first edge; a missing or negative age is the group "unknown", and
     an attribute no test image records is reported as not applicable)."""
 
-    attributes: list[Literal["sex", "age"]] = Field(default_factory=lambda: ["sex", "age"], min_length=1)
+    attributes: list[Literal["sex", "age"]] = Field(default_factory=lambda: list(_ATTRIBUTES), min_length=1)
     age_bins: list[float] = Field(default_factory=lambda: [0.0, 30.0, 60.0, 70.0, 80.0, 100.0], min_length=2)
 
     @field_validator("age_bins")
@@ -462,7 +465,7 @@ def given_by(origins: Mapping[str, str], path: list[str]) -> str | None:
     setting at ``path`` (its keys, a list item's index as text), or None: the one naming it or a section holding it
     (`holds`), and of two, the later, applied last (--set data.split={...} --set data.split.seed=3 names the second,
     which the first does not hold)."""
-    return next((said for at, said in reversed(origins.items()) if holds(at, path)), None)
+    return next((said for at, said in reversed(list(origins.items())) if holds(at, path)), None)
 
 
 def describe_removal(key: str) -> str:
