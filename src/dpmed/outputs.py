@@ -99,10 +99,11 @@ def _private_items(folder: StudyFolder, records: list[RunRecord]) -> dict[str, P
         timing = None if not r.timing.is_private(r.plan) else read_timing(run.timing) or (
             r.timing if r.timing.train_seconds is not None else None)
         # the level of the bound its statement gives, for the joint level: none where the draw found no canary
-        bounded = audit is not None and audit.epsilon_lower_bound is not None
+        bounded = None if audit is None or audit.epsilon_lower_bound is None else audit
         item = PrivateRun(audit_statement=None if audit is None else audit.statement,
-                          audit_confidence=audit.confidence if bounded else None, training_metrics=metrics or None,
-                          timing=timing, attack_images=run.attack_images if attacked else None,
+                          audit_confidence=None if bounded is None else bounded.confidence,
+                          training_metrics=metrics or None, timing=timing,
+                          attack_images=run.attack_images if attacked else None,
                           attacked=r if attacked else None, unread=tuple(unread))
         if item:
             items[r.run_id] = item

@@ -270,7 +270,8 @@ def _differences(records, predictions, kind, label_names, n_resamples, seed, con
 
 
 def _by_value(rows: list[Difference], records: Sequence[RunRecord], confidence: float) -> list[ValueSummary]:
-    eps, eps_labels = defaultdict(list), {}
+    eps = defaultdict(list)
+    eps_labels: dict[str, str] = {}
     at_chance = {r.run_id for r in records if holds_chance(r)}
     for r in records:
         eps[r.plan.label].append(r.privacy.epsilon)
@@ -281,14 +282,15 @@ def _by_value(rows: list[Difference], records: Sequence[RunRecord], confidence: 
 
     def over_seeds(members: list[Difference], name: str, bound: float = 1.0) -> SeedSummary | None:
         values = [getattr(m, name) for m in members]
-        if any(v is None for v in values):
-            return None
+        return None if any(v is None for v in values) else summarise(values, bound)
+
+    def summarise(values: list[PairedDifference], bound: float = 1.0) -> SeedSummary:
         return seed_summary([v.value for v in values], confidence=confidence, within=(-bound, bound))
 
     return [ValueSummary(label=label, arm=members[0].arm, mechanism=members[0].mechanism,
                          seeds=[m.seed for m in members], run_ids=[m.run_id for m in members],
                          epsilon=seed_summary(eps[label]).mean, epsilon_label=eps_labels[label],
-                         auroc_difference=over_seeds(members, "auroc_difference"),
+                         auroc_difference=summarise([m.auroc_difference for m in members]),
                          accuracy_difference=over_seeds(members, "accuracy_difference"),
                          sensitivity_difference=over_seeds(members, "sensitivity_difference"),
                          specificity_difference=over_seeds(members, "specificity_difference"),
@@ -376,14 +378,15 @@ def _run_flags(records: Sequence[RunRecord], kind: str, label_names: Sequence[st
             what = predicted if predicted is not None else "one class"
             flags.append(RunFlag(run_id=r.run_id, kind="one_class", predicted=predicted,
                                  message=f"predicts {what} for every test image: {why}, whatever its AUROC"))
-        if kind == "multiclass" and chosen is not None and 1 < chosen < len(names):
+        if kind == "multiclass" and isinstance(chosen, (int, float)) and 1 < chosen < len(names):
             unused = len(names) - int(chosen)
             never = "1 class is never predicted, so its" if unused == 1 else f"{unused} are never predicted, so their"
             flags.append(RunFlag(run_id=r.run_id, kind="unused_classes", count=int(chosen),
                                  message=f"chooses only {int(chosen)} of the {len(names)} classes for the test images "
                                          f"(argmax): {never} recall is 0, whatever its AUROC"))
         value, low, high = m.get("test_auroc"), m.get("test_auroc_low"), m.get("test_auroc_high")
-        if value is not None and low is not None and high is not None and high < 0.5:
+        if (isinstance(value, (int, float)) and isinstance(low, (int, float)) and isinstance(high, (int, float))
+                and high < 0.5):
             ranked, auroc_name, what = _BELOW_CHANCE[kind]
             flags.append(RunFlag(run_id=r.run_id, kind="below_chance",
                                  message=f"ranks the {ranked} below chance: its {auroc_name}test AUROC "
@@ -416,7 +419,9 @@ def _group_flags(records: Sequence[RunRecord], kind: str, label_names: Sequence[
                for group, g in entry.groups.items() if g.n_positive_by_label is not None}
     out = []
     for r in records:
-        for attribute in (r.fairness.attributes if r.fairness else {}):
+        if r.fairness is None:
+            continue
+        for attribute in r.fairness.attributes:
             if (entry := r.fairness.ok(attribute)) is None:
                 continue
             for group, g in entry.groups.items():
@@ -440,7 +445,7 @@ def _group_flags(records: Sequence[RunRecord], kind: str, label_names: Sequence[
                     labels_per_image = max(1, len(label_names)) if kind == "multilabel" else 1
                     n_neg = None if n_pos is None else labels_per_image * n - n_pos
                     if n_pos is not None:
-                        reasons += _few(n_pos, "positive", None) + _few(n_neg, "negative", None)
+                        reasons += _few(n_pos, "positive", None) + _few(labels_per_image * n - n_pos, "negative", None)
                 if n_pos is None and n < 2 * MIN_CLASS_COUNT:
                     reasons.append(f"only {n} images")
                 for metric, est in (("AUROC", g.auroc), ("accuracy", g.accuracy)):

@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict
 from dpmed.evaluation.paired import Correlation, pearson
 from dpmed.evaluation.predictions import Predictions
 from dpmed.evaluation.weighted import number
+from dpmed.mechanisms import DpSgdPlan
 from dpmed.records import RunRecord
 
 __all__ = ["Correlation", "ParityCorrelation", "ExplanationCorrelation", "LabelCorrelation", "Correlations",
@@ -108,6 +109,7 @@ def _sweeps(records: Sequence[RunRecord], variable: str) -> dict[str, list[RunRe
         if len({_x(r, variable) for r in runs}) < 2:
             continue
         plan = runs[0].plan.privacy
+        assert isinstance(plan, DpSgdPlan)      # only DP-SGD runs are grouped
         shown = {"noise": plan.noise} | ({"max_grad_norm": plan.max_grad_norm} if variable == "epsilon" else {})
         if variable == "max_grad_norm" and plan.target_epsilon is not None:
             shown["target_epsilon"] = plan.target_epsilon
