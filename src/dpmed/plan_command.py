@@ -87,7 +87,7 @@ def print_plan(prepared: PreparedStudy, checkpoints: Checkpoints, rates: Rates |
     sampler_paid = pure_paid = False    # a card's delta that shows the part its noise sampler's bounded draws cost
     for plan in prepared.plans:
         card = planned_card(plan, ds.train.image_shape, study.privacy_randomness)
-        if card.sampler_delta and not card.sampler_voids:
+        if card.sampler_delta and card.delta is not None and not card.sampler_voids:
             sampler_paid |= delta_text(card.delta) != delta_text(card.delta - card.sampler_delta)
             pure_paid |= card.accountant == "pure"
         time_text = ("evaluate again" if plan.run_id in prepared.reevaluate else

@@ -120,7 +120,7 @@ def _content_key(public: Dataset, config: PretrainConfig, model: str, start_sha:
     digest = hashlib.sha256()
     for split in (public.train, public.val, public.test):
         for array in (split.images, split.labels):
-            digest.update(np.ascontiguousarray(array))
+            digest.update(np.ascontiguousarray(array).data)
             digest.update(str(array.shape).encode())
     training = config.training.computed_settings() if training is None else training
     settings = {"training": training, "seed": config.seed, "model": model, "start": start_sha,
@@ -186,11 +186,12 @@ def _cached(where: Path) -> PretrainRecord | None:
     return _located(record, where)
 
 
-def _tell_settings_the_data_turn_off(study: Study, public: Dataset) -> None:
-    """Warn of each ``pretrain.data`` setting that the public data, once read, leave unread
-    (`DataConfig.settings_the_data_turn_off`), as `dpmed.study` warns of the study's own; only `dpmed run` reads
-    them. Dropping it trains no weights again: they are cached by the public images' content, not these keys."""
-    for key, why in study.pretrain.data.settings_the_data_turn_off(public):
+def _tell_settings_the_data_turn_off(study: Study, config: PretrainConfig, public: Dataset) -> None:
+    """Warn of each ``pretrain.data`` setting (``config``, the study's pretrain section) that the public data, once
+    read, leave unread (`DataConfig.settings_the_data_turn_off`), as `dpmed.study` warns of the study's own; only
+    `dpmed run` reads them. Dropping it trains no weights again: they are cached by the public images' content, not
+    these keys."""
+    for key, why in config.data.settings_the_data_turn_off(public):
         _log.warning("pretrain.data.%s changes nothing, as %s; %s", key, why, study.removal(f"pretrain.data.{key}"))
 
 
@@ -207,7 +208,7 @@ def pretrain(study: Study, private: Dataset, folder: StudyFolder, *, progress: b
     overlap = None if checked is None else _refuse_overlap(checked, private, config)
     del checked
     public = read_dataset(request)
-    _tell_settings_the_data_turn_off(study, public)
+    _tell_settings_the_data_turn_off(study, config, public)
     if public.train.image_shape[0] != private.train.image_shape[0]:
         raise ConfigError(f"pretrain.data gives {public.train.image_shape[0]}-channel images, the private data "
                           f"{private.train.image_shape[0]}-channel ones; set pretrain.data.channels to "
@@ -345,15 +346,16 @@ def refuse_other_starts(folder: StudyFolder, start: StartRecord | None) -> None:
 
 def _part(trainable: str | int) -> str:
     """What of the model ``trainable`` trains, in words ("the head and the last 2 block(s)")."""
-    return {"all": "the whole model", "head": "the head"}.get(trainable, f"the head and the last {trainable} block(s)")
+    parts: dict[str | int, str] = {"all": "the whole model", "head": "the head"}
+    return parts.get(trainable, f"the head and the last {trainable} block(s)")
 
 
 def describe_start(study: Study) -> str:
     """Where the arms of ``study`` will start and what of the model trains, from the study file alone (``dpmed
     plan``: nothing is read or trained); what a start learnt before the arms is not covered by any eps."""
     config, pretrain_config = study.model, study.pretrain
-    trains = {"all": "every parameter trains", "head": "only the head trains"}.get(
-        config.trainable_setting, f"{_part(config.trainable_setting)} train")
+    trains_of: dict[str | int, str] = {"all": "every parameter trains", "head": "only the head trains"}
+    trains = trains_of.get(config.trainable_setting, f"{_part(config.trainable_setting)} train")
     if pretrain_config is None and config.weights is None:
         return f"random initialisation; {trains}"
     prior = "" if config.weights is None else f"{config.weights} ({config.weights_source})"
@@ -420,7 +422,7 @@ def prepare_start(study: Study, dataset: Dataset, folder: StudyFolder, *, progre
         rows = None if match is None or match.same_order else match.rows
         loaded = load_weights(model, read_state_dict(weights, key=key), head=info.head, key=key, path=weights,
                               same_classes=not other_labels, rows=rows)
-        why = match.why if other_labels else "another shape"
+        why = match.why if match is not None and other_labels else "another shape"
         note = (f"; head left at its initialisation ({why}): {', '.join(loaded.kept)}" if loaded.kept
                 else f"; head loaded ({match.why})" if match is not None and match.why else "")
         _log.info("start: %d tensors loaded from %s%s", len(loaded.loaded), weights, note)

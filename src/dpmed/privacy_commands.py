@@ -231,12 +231,14 @@ def _privacy_calibrate(args: argparse.Namespace) -> int:
 
 def _privacy_risk(args: argparse.Namespace) -> int:
     q, steps, n = _schedule(args)
-    if args.kappa is None and n is None:
-        raise DpmedError("give --kappa (or --dataset-size, for the uniform prior kappa = 1/N)")
-    if args.kappa is None and n < 2:     # kappa = 1/N = 1: a guess always succeeds, and nothing is left to bound
-        raise DpmedError(f"--dataset-size {n} gives the uniform prior kappa = 1/N = 1, where a guess always "
-                         "succeeds; give --dataset-size of at least 2, or --kappa")
-    kappa = args.kappa if args.kappa is not None else 1.0 / n
+    kappa = args.kappa
+    if kappa is None:
+        if n is None:
+            raise DpmedError("give --kappa (or --dataset-size, for the uniform prior kappa = 1/N)")
+        if n < 2:     # kappa = 1/N = 1: a guess always succeeds, and nothing is left to bound
+            raise DpmedError(f"--dataset-size {n} gives the uniform prior kappa = 1/N = 1, where a guess always "
+                             "succeeds; give --dataset-size of at least 2, or --kappa")
+        kappa = 1.0 / n
     risk = accounting.reconstruction_risk(noise_multiplier=args.noise_multiplier, sample_rate=q, steps=steps,
                                           kappa=kappa, unit=args.unit)
     print(f"reconstruction success, upper bounds (prior kappa = {kappa:.4g}), and how each was obtained:")

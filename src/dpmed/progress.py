@@ -50,8 +50,9 @@ class StudyProgress:
             seconds = ([rates.run_seconds(p, self.n_train, n_patients=self.n_patients,
                                           left=self.steps_left.get(p.run_id)) for p in self.left.values()]
                        if rates else [None])
-            if None in seconds:
+            known = [s for s in seconds if s is not None]
+            if len(known) < len(seconds):
                 parts.append("time left: known after the first run")
             else:
-                parts.append(f"about {clock(sum(seconds) / min(self.workers, len(seconds)))} left")
+                parts.append(f"about {clock(sum(known) / min(self.workers, len(known)))} left")
         return ", ".join(parts)

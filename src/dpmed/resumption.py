@@ -181,7 +181,7 @@ def _hash_array(digest: Any, array: np.ndarray | None) -> None:
         return
     array = np.ascontiguousarray(array)
     digest.update(f"{array.dtype.str}{array.shape}".encode())
-    digest.update(memoryview(array).cast("B"))
+    digest.update(array.data.cast("B"))
 
 
 def attributes_fingerprint(dataset: Dataset) -> str:
@@ -222,7 +222,8 @@ def finished_runs(folder: StudyFolder, plans: list[RunPlan], summary: DatasetSum
     :func:`data_fingerprints`; ``before``: the folder's study.yaml as read back, None where it holds no finished run;
     ``attributes``: the dataset's :func:`attributes_fingerprint` (None: not checked)."""
     differ = {} if before is None else _other_data(before, summary)
-    renamed = bool(differ) and _renamed_only(before, summary, differ) and folder.data_fingerprint.is_file()
+    renamed = (before is not None and bool(differ) and _renamed_only(before, summary, differ)
+               and folder.data_fingerprint.is_file())
     data = [] if renamed else list(differ.values())
     hint = _views_hint(study) if data else ""     # other views change the sizes; matching sizes are not the cause
     decoded = [] if before is None else decoded_since(before.dataset.decoding_version)

@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -86,8 +87,8 @@ class RunContext:
 # --out (its sha256 and key name the weights), the public data's folder may move or be renamed (the key hashes its
 # images, so other images are other weights), and time and execution settings change no weight of an entry trained
 # again.
-_NOT_THE_START = {"weights": True, "pretraining": {"weights": True, "seconds": True, "data": True,
-                                                  "training": set(EXECUTION_ONLY)}}
+_NOT_THE_START: dict[str, Any] = {"weights": True, "pretraining": {"weights": True, "seconds": True, "data": True,
+                                                                  "training": set(EXECUTION_ONLY)}}
 
 
 def _attempt(plan: RunPlan, context: RunContext) -> str:
@@ -105,7 +106,7 @@ def _attempt(plan: RunPlan, context: RunContext) -> str:
                                        sort_keys=True).encode())
     train = context.dataset.train
     for array in (train.images, train.labels):
-        digest.update(np.ascontiguousarray(array))
+        digest.update(np.ascontiguousarray(array).data)
         digest.update(str(array.shape).encode())
     digest.update("\0".join(map(str, train.patient_ids)).encode())
     return f"{ATTEMPT_FORMAT}:{digest.hexdigest()}"
@@ -343,7 +344,7 @@ def run_one(plan: RunPlan, context: RunContext, folder: RunFolder) -> RunRecord:
                                              claim_terms="" if dp is None else _audited_claim(card))
             write_arrays_atomic(folder.audit_scores, arrays, owner_only=True)
             write_json_atomic(folder.audit, verdict.model_dump(mode="json"), owner_only=True)
-            audit_summary = AuditSummary(n_canaries=plan.audit.canaries, kind=plan.audit.kind,
+            audit_summary = AuditSummary(n_canaries=trial.config.canaries, kind=trial.config.kind,
                                          result="in the study's private folder (it depends on the secret canary bits)")
         attack_record = (None if dp is None or dp.attack is None else
                          _attack(model, ds, dp, plan, context, device, folder))

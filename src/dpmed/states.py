@@ -155,6 +155,7 @@ def _checkpoint_detail(path: Path, key: Path, mode: RandomnessMode, shown: str |
 
     minutes = max(0.0, time.time() - path.stat().st_mtime) / 60
     saved = saved_key(key, mode)
+    other: str | None
     if saved is None:
         other = f"its privacy key {key} is missing or damaged"
     elif saved.attempt is None:     # `dpmed run` matches no attempt to it, whatever the settings' fingerprint says
@@ -185,7 +186,8 @@ def _checkpoint_detail(path: Path, key: Path, mode: RandomnessMode, shown: str |
     # a bare hash: a dpmed before `ATTEMPT_FORMAT` made it, and `dpmed run` continues it only where that dpmed hashed
     # the run as this one does (the last of them did for the studies tried, those of 4 December and before did not):
     # a condition, as status cannot tell it without the training data the hash covers
-    older = "" if ":" in saved.attempt else " and the older dpmed that made it fingerprinted the run as this one does"
+    older = ("" if ":" in (saved.attempt or "")
+             else " and the older dpmed that made it fingerprinted the run as this one does")
     listed = unchanged[0] if len(unchanged) == 1 else f"{', '.join(unchanged[:-1])} and {unchanged[-1]}"
     return f"continues from its checkpoint{where} (saved {age} ago) if its {listed} are unchanged{older}", progress
 

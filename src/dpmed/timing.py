@@ -196,9 +196,8 @@ def _time_steps(data: ImageSet, dataset: Dataset, kind: StepKind, plan: RunPlan,
     set_trainable(model, trainable, head=info.head, blocks=info.blocks)
     # the probe's own length in steps, which take the place of the study's epochs or steps
     training = plan.training.model_copy(update={"steps": steps})
-    dp = None
-    if kind.dp_sgd:
-        source = plan.privacy
+    dp, source = None, plan.privacy
+    if isinstance(source, DpSgdPlan):   # kind.dp_sgd: the kind is that of ``plan`` (`step_kind`)
         dp = DpSgdPlan(noise_multiplier=source.noise_multiplier, max_grad_norm=source.max_grad_norm,
                        sample_rate=kind.batch / len(data), steps=steps, noise=source.noise, unit="image",
                        expected_batch_size=float(kind.batch), n_units=len(data))
@@ -236,14 +235,14 @@ def _probe_evaluation(dataset: Dataset, model_name: str, evaluation: EvaluationC
         load_cam_libraries()    # before the clock: its seconds are once per process, not per image to scale
         config = evaluation.model_copy(update={"explanations": evaluation.explanations.model_copy(
             update={"n_images": n})})
-    inputs = (dataset.val, dataset.test)
+    val, test = dataset.val, dataset.test
     if dataset.normalization is not None:
-        inputs = tuple(s.with_images(normalize(s.images, *dataset.normalization)) for s in inputs)
+        val, test = (s.with_images(normalize(s.images, *dataset.normalization)) for s in (val, test))
     with torch_threads(kind.threads):
         model = build_model(model_name, in_channels=dataset.train.image_shape[0], num_outputs=dataset.task.num_outputs,
                             image_size=dataset.train.image_shape[1], seed=0).to(device)
         start = time.perf_counter()
-        result = assess(model, dataset, inputs, config, cam_layer=MODELS[model_name].cam_layer, device=device)
+        result = assess(model, dataset, (val, test), config, cam_layer=MODELS[model_name].cam_layer, device=device)
         seconds = time.perf_counter() - start
     cams = (result.explanations.seconds or 0.0) if result.explanations is not None else 0.0
     return seconds + cams * (scale - 1)

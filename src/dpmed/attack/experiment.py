@@ -190,7 +190,8 @@ def run_imprint_attack(*, model_factory: Callable[[], nn.Module], images: np.nda
     prototypes = blind_prototypes(public_images, keep)
 
     n_success = batch_successes = random_found = prototype_found = 0
-    best_ssim, best_ncc, gallery = [], [], []
+    best_ssim, best_ncc = [], []
+    gallery: list[tuple[Any, np.ndarray, np.ndarray]] = []     # (SSIM, reconstruction, original), best first
     for _ in range(n_batches):
         pick = batches.choice(len(images), size=batch_size, replace=False)
         x = torch.from_numpy(images[pick]).to(device)
@@ -290,6 +291,8 @@ def attack_arm(model: nn.Module, dataset: Dataset, plan: DpSgdPlan, *, seed: int
     the step's noise comes from (default: fresh OS entropy; a reproducible study's is derived from its seed).
     ``arm``: the arm's name, for errors."""
     config = plan.attack
+    if config is None:
+        raise ValueError("the plan has no attack settings")
     test, val = dataset.test, dataset.val
     batch_size = attack_batch_size(dataset, plan, arm=arm)
 
