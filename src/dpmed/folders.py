@@ -65,7 +65,7 @@ def _open_new(path: Path, mode: str = "w"):
     return _create(path, mode, 0o666)
 
 
-def _create(path: Path, mode: str, permissions: int):
+def _create(path: Path, mode: str, permissions: int) -> IO[Any]:
     """``path`` opened for writing as a new file of ``permissions`` (less the umask). Whatever stood there is
     removed first: O_CREAT keeps the mode of a file that already exists, and a link planted there (a temporary
     file's name is predictable) would be followed, writing the file it points to outside the output folder. O_EXCL
@@ -73,8 +73,8 @@ def _create(path: Path, mode: str, permissions: int):
     without it is in text mode, which writes each 0x0a byte of a checkpoint as 0x0d 0x0a."""
     path.unlink(missing_ok=True)
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
-    return os.fdopen(os.open(path, flags, permissions), mode,
-                     **({} if "b" in mode else {"encoding": "utf-8"}))
+    fd = os.open(path, flags, permissions)
+    return os.fdopen(fd, mode) if "b" in mode else os.fdopen(fd, mode, encoding="utf-8")
 
 
 def file_in_the_way(folder: Path) -> Path | None:
@@ -161,7 +161,8 @@ def write_text_atomic(path: Path, text: str | bytes, *, owner_only: bool = False
 
 def write_arrays_atomic(path: Path, arrays: Mapping[str, np.ndarray], *, owner_only: bool = False) -> None:
     """`write_atomic` of named arrays as one compressed .npz (``path`` as given: numpy adds no suffix to a file)."""
-    write_atomic(path, lambda f: np.savez_compressed(f, **arrays), owner_only=owner_only)
+    # numpy >= 2.1 takes an array named allow_pickle for its flag (dpmed names none so); 2.0 has no such flag to give
+    write_atomic(path, lambda f: np.savez_compressed(f, **arrays), owner_only=owner_only)  # type: ignore[arg-type]
 
 
 def read_arrays(path: Path, required: tuple[str, ...] = ()) -> dict[str, np.ndarray]:

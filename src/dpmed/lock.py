@@ -117,7 +117,8 @@ def _windows_process_running(pid: int) -> bool | None:
     import ctypes
     from ctypes import wintypes
 
-    kernel32 = ctypes.WinDLL("kernel32", use_last_error=True)
+    # WinDLL and get_last_error exist (and are typed) only on Windows; the tests stand them in elsewhere
+    kernel32 = ctypes.WinDLL("kernel32", use_last_error=True)     # type: ignore[attr-defined,unused-ignore]
     kernel32.OpenProcess.restype = wintypes.HANDLE
     kernel32.OpenProcess.argtypes = (wintypes.DWORD, wintypes.BOOL, wintypes.DWORD)
     kernel32.GetExitCodeProcess.restype = wintypes.BOOL
@@ -127,7 +128,7 @@ def _windows_process_running(pid: int) -> bool | None:
     handle = kernel32.OpenProcess(0x1000, False, pid)    # PROCESS_QUERY_LIMITED_INFORMATION
     if not handle:
         # ERROR_INVALID_PARAMETER: no such process; ERROR_ACCESS_DENIED: another user's, running
-        return {87: False, 5: True}.get(ctypes.get_last_error())
+        return {87: False, 5: True}.get(ctypes.get_last_error())     # type: ignore[attr-defined,unused-ignore]
     try:
         code = wintypes.DWORD()
         if not kernel32.GetExitCodeProcess(handle, ctypes.byref(code)):

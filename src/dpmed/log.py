@@ -150,6 +150,10 @@ def log_to_file(path: Path, *, earlier: Held | None = None) -> logging.Handler:
     return handler
 
 
+# dpmed's logger's level before each handler that raised it to INFO, given back by :func:`detach`
+_LEVELS_BEFORE: dict[logging.Handler, int] = {}
+
+
 def _attach(handler: logging.Handler) -> None:
     """On the root logger, so that other libraries' warnings are seen too; dpmed's loggers let INFO through."""
     handler.setLevel(logging.INFO)
@@ -157,7 +161,7 @@ def _attach(handler: logging.Handler) -> None:
     root.addHandler(handler)
     dpmed = logging.getLogger("dpmed")
     if dpmed.getEffectiveLevel() > logging.INFO:
-        handler.dpmed_level = dpmed.level      # the caller's, given back by :func:`detach`
+        _LEVELS_BEFORE[handler] = dpmed.level      # the caller's
         dpmed.setLevel(logging.INFO)
     quiet_known_noise()
 
@@ -172,5 +176,5 @@ def detach(*handlers: logging.Handler) -> None:
         handler.close()
         for other in getattr(handler, "set_aside", []):
             root.addHandler(other)
-        if hasattr(handler, "dpmed_level"):
-            logging.getLogger("dpmed").setLevel(handler.dpmed_level)
+        if handler in _LEVELS_BEFORE:
+            logging.getLogger("dpmed").setLevel(_LEVELS_BEFORE.pop(handler))

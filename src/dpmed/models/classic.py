@@ -89,5 +89,6 @@ def vgg16_dp(in_channels: int, num_outputs: int, image_size: int) -> nn.Module:
     for m in model.modules():   # torchvision VGG's initialisation (its constructor is bypassed here)
         if isinstance(m, nn.Conv2d):
             nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
-            nn.init.zeros_(m.bias)
+            if m.bias is not None:      # every conv of make_layers has one
+                nn.init.zeros_(m.bias)
     return model

@@ -72,6 +72,8 @@ class ScatterNet(nn.Module):
         self.scattering, side = _scattering(image_size)
         channels = in_channels * (1 + SCATTER_J * SCATTER_L + SCATTER_L ** 2 * SCATTER_J * (SCATTER_J - 1) // 2)
         self.norm = nn.GroupNorm(_GROUPS, channels)
+        self.features: nn.Module
+        self.pool: nn.Module
         if head == "linear":
             self.features = nn.Identity()
             self.pool = nn.Flatten()
