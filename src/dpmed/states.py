@@ -347,7 +347,7 @@ def run_states(study_dir: Path) -> list[tuple[str, str, str]]:
     then the runs the folder holds files of: which are pending is not known without it. Both files' rows are
     `FileState`s."""
     folder = StudyFolder(Path(study_dir))
-    states = []
+    states: list[tuple[str, str, str]] = []
     resolved = None
     try:
         resolved = read_resolved(folder.root)

@@ -611,14 +611,15 @@ def _run_study(study: Study, *, out: Path | str, progress: bool, executor: str, 
         planned = {plan.run_id: plan for plan in plans}
         again = [reevaluate(prepared.finished[run_id], planned[run_id], context, folder.run(run_id))
                  for run_id in sorted(prepared.reevaluate, key=order.__getitem__)]
-        outcomes.update({r.record.run_id: r.write() for r in again})
+        evaluated = {r.record.run_id: r.write() for r in again}
+        outcomes.update(evaluated)
         for run_id in sorted(prepared.finished, key=order.__getitem__):
             if run_id in prepared.reevaluate:
                 why = evaluated_by(prepared.finished[run_id].evaluation_version)
                 _log.info("[%d/%d] %s: finished earlier, %sevaluated again under this study's evaluation settings "
                           "from its model (not retrained: no privacy spent)", order[run_id], len(plans), run_id,
                           f"{why}: " if why else "")
-                _tell_threats(f"[{order[run_id]}/{len(plans)}] {run_id}", outcomes[run_id], folder.run(run_id))
+                _tell_threats(f"[{order[run_id]}/{len(plans)}] {run_id}", evaluated[run_id], folder.run(run_id))
             else:
                 _log.info("[%d/%d] %s: finished earlier, skipped", order[run_id], len(plans), run_id)
         todo = [RunTask(plan, folder.run(plan.run_id)) for plan in prepared.todo]

@@ -206,7 +206,7 @@ def test_a_study_yaml_of_another_version_is_named_as_such_with_the_key(tiny_stud
     assert lines[0].startswith("study.yaml") and "unreadable: " in lines[0] and "which runs are pending" in lines[0]
     assert [line.split()[:2] for line in lines[1:4]] == [["base_seed0", "finished"], ["dp_eps1_C1_seed0",
                                                          "interrupted:"], ["dp_eps8_C1_seed0", "finished"]]
-    assert lines[-1] == "2 finished, 1 unreadable, 1 interrupted"
+    assert lines[-1] == "2 finished, 1 interrupted; study.yaml unreadable"
     shutil.rmtree(interrupted)
     (out / "study.yaml").rename(out / "study.yaml.old")       # gone altogether: still the clear refusal
     assert main(["status", str(out)]) == 2 and "study.yaml is missing" in capsys.readouterr().err

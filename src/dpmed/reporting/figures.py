@@ -227,7 +227,7 @@ def _panels(records: list[RunRecord]) -> list[_Panel]:
 _MARKERS = {"dp_sgd": ("o", "tab:blue", "DP-SGD", ""),
             "pixel_laplace": ("s", "tab:orange", "pixel Laplace", " (local DP)"),
             "pixel_gaussian": ("^", "tab:green", "pixel Gaussian", " (local DP)")}
-NOT_DP_MARKER = {"mfc": "none", "mew": 1.5}     # hollow: a run of a privacy mechanism that is not DP as run
+NOT_DP_MARKER: dict[str, Any] = {"mfc": "none", "mew": 1.5}     # hollow: a run of a privacy mechanism that is not DP as run
 
 
 def _legend_entry(mechanism: str, hollow: bool) -> tuple[str, str, str]:
