@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import traceback
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -472,6 +473,41 @@ def test_starting_weights_must_be_the_file_the_study_recorded_and_load_as_it_cou
         start_model(model, "small_cnn", record.model_copy(update={"sha256": "0" * 64}))
     with pytest.raises(AssertionError, match=f"{n} tensors loaded from .* the study recorded {n - 1}"):
         start_model(model, "small_cnn", record.model_copy(update={"loaded": n - 1}))
+
+
+def test_a_run_starts_from_the_bytes_its_record_names_even_where_the_file_is_replaced_after_the_hash(
+        tmp_path, monkeypatch):
+    """start_model hashed the starting weights file, then read it again to load it: a file replaced between the two
+    reads (a user saving new weights under the same name while a study runs) started the run from weights other
+    than those its card names by their sha256. The hash and the load are of one read."""
+    import dpmed.run
+    from dpmed.folders import file_sha256
+
+    torch.manual_seed(0)
+    saved = build_model("small_cnn", in_channels=1, num_outputs=2, image_size=16)
+    path = tmp_path / "weights.pt"
+    torch.save(saved.state_dict(), path)
+    record = StartRecord(weights=str(path), sha256=file_sha256(path), n_trainable=1, n_frozen=0,
+                         loaded=len(saved.state_dict()))
+    other = {k: v + 1 for k, v in saved.state_dict().items()}
+    read_bytes, replaced = Path.read_bytes, []
+
+    def then_replaced(read):
+        """``read`` of the file, which is then replaced by other weights: what a second read of it would load."""
+        def reading(file):
+            got = read(file)
+            if Path(file) == path:
+                torch.save(other, path)
+                replaced.append(path)
+            return got
+        return reading
+    monkeypatch.setattr(Path, "read_bytes", then_replaced(read_bytes))
+    monkeypatch.setattr(dpmed.run, "file_sha256", then_replaced(file_sha256), raising=False)
+    model = build_model("small_cnn", in_channels=1, num_outputs=2, image_size=16, seed=1)
+    start_model(model, "small_cnn", record)
+    assert replaced == [path]
+    for name, value in model.state_dict().items():
+        torch.testing.assert_close(value, saved.state_dict()[name])
 
 
 NORMALISED = ("name: n\ndata: {source: phantom, n_images: 120, image_size: 16, "

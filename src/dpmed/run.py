@@ -39,7 +39,7 @@ from dpmed.evaluation.inference import predict_logits
 from dpmed.evaluation.predictions import save_predictions
 from dpmed.evaluation.proportions import clopper_pearson
 from dpmed.evaluation.version import EVALUATION_VERSION
-from dpmed.folders import (RETRAIN_NOTE, RunFolder, file_sha256, write_arrays_atomic, write_atomic, write_json_atomic,
+from dpmed.folders import (RETRAIN_NOTE, RunFolder, write_arrays_atomic, write_atomic, write_json_atomic,
                            write_torch_atomic)
 from dpmed.mechanisms import DpSgdPlan, PrivacyCard, mechanism_info
 from dpmed.models import MODELS, build_model
@@ -274,18 +274,24 @@ def _attack(model, dataset: Dataset, dp: DpSgdPlan, plan: RunPlan, context: RunC
 def start_model(model: torch.nn.Module, name: str, start: StartRecord | None) -> None:
     """Load ``start``'s weights into ``model`` (a freshly built ``name``) and freeze what it does not train
     (`dpmed.models.weights`). The file must still be the one the study recorded (its sha256): the run record names
-    the weights by that hash. The head keys the study left at their initialisation (``start.kept``: pretrained for
-    other classes) are left so here too, whatever their shape; a head pretrained for the same classes in another
-    order is taken in the study's order (``start.head_rows``)."""
+    the weights by that hash, so the bytes hashed are the bytes loaded, from one read (hashed, then read again to
+    load, a file replaced between the two started the run from weights its record does not name). The head keys
+    the study left at their initialisation (``start.kept``: pretrained for other classes) are left so here too,
+    whatever their shape; a head pretrained for the same classes in another order is taken in the study's order
+    (``start.head_rows``)."""
     if start is None:
         return
     info = MODELS[name]
     if start.weights is not None:
         path = Path(start.weights)
-        if not path.is_file() or file_sha256(path) != start.sha256:
+        try:
+            contents = path.read_bytes()
+        except OSError:
+            contents = None
+        if contents is None or hashlib.sha256(contents).hexdigest() != start.sha256:
             raise ConfigError(f"the starting weights {path} are missing or changed since the study was prepared "
                               f"(sha256 {start.sha256}); run the study again to record the file it uses")
-        state = {k: v for k, v in read_state_dict(path).items() if k not in start.kept}
+        state = {k: v for k, v in read_state_dict(path, contents=contents).items() if k not in start.kept}
         loaded = load_weights(model, state, head=info.head, path=path, rows=start.head_rows)
         if len(loaded.loaded) != start.loaded:        # one rule for what the record says and what the run loads
             raise AssertionError(f"{len(loaded.loaded)} tensors loaded from {path}, the study recorded "

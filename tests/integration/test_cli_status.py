@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -447,12 +448,17 @@ def test_plan_and_run_hash_model_weights_once_and_see_a_file_changed_between_com
     path.write_text(tiny_text.replace("  - {name: base, mechanism: none}\n", "")
                     + f"model: {{name: small_cnn, weights: {weights}, weights_source: a test}}\n")
     _stop_after_the_first_checkpoint(path, out, monkeypatch)
-    reads = []
+    reads, read_bytes = [], Path.read_bytes
 
     def counted(file, *args, **kwargs):
         reads.extend([file] if file == weights else [])
         return open(file, *args, **kwargs)
+
+    def counted_bytes(file):
+        reads.extend([file] if file == weights else [])
+        return read_bytes(file)
     monkeypatch.setattr(dpmed.folders, "open", counted, raising=False)     # file_sha256's reads
+    monkeypatch.setattr(Path, "read_bytes", counted_bytes)      # a run's, hashed and loaded (run.start_model)
     capsys.readouterr()
     assert main(["plan", str(path), "--out", str(out), "--no-estimate"]) == 0
     [line] = [line for line in capsys.readouterr().out.splitlines() if "interrupted:" in line]
@@ -463,7 +469,7 @@ def test_plan_and_run_hash_model_weights_once_and_see_a_file_changed_between_com
     assert f"cannot continue: started from other contents of model.weights ({weights})" in line, line
     reads.clear()
     assert main(["run", str(path), "--out", str(out), "--no-progress"]) == 0
-    assert len(reads) == 2, reads      # once for the study, once as its one run loads the weights
+    assert len(reads) == 2, reads      # once for the study, once as its one run hashes and loads the weights
 
 
 @pytest.mark.parametrize("data_changed", [False, True])

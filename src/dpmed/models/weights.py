@@ -41,6 +41,7 @@ parameters. Fewer noised coordinates is the point: the noise norm grows with sqr
 
 from __future__ import annotations
 
+import io
 import pickle
 import re
 import warnings
@@ -165,19 +166,22 @@ def _unwrapped(key: str) -> str:
     return next((key[len(p):] for p in _WRAPPER_PREFIXES if key.startswith(p)), key)
 
 
-def read_state_dict(path: Path, *, key: str = "model.weights") -> dict[str, Tensor]:
+def read_state_dict(path: Path, *, key: str = "model.weights", contents: bytes | None = None) -> dict[str, Tensor]:
     """The state dict in ``path`` (the layouts of the module docstring), on the CPU. ConfigError naming ``key`` and
-    the path if the file is missing or holds no state dict; naming the BatchNorm keys if it holds BatchNorm."""
+    the path if the file is missing or holds no state dict; naming the BatchNorm keys if it holds BatchNorm.
+    ``contents``: the file's bytes as the caller read and hashed them, loaded instead of reading the file again,
+    which may have been replaced since (`dpmed.run.start_model`)."""
     path = Path(path)
-    if path.is_dir():
+    if contents is None and path.is_dir():
         raise ConfigError(f"{key}: {path} is a folder; give the path of the weights file in it (a .pt state dict)")
-    if not path.is_file():
+    if contents is None and not path.is_file():
         raise ConfigError(f"{key}: no such file {path}; give the path of a local state dict (dpmed downloads "
                           "nothing)")
     try:
         with warnings.catch_warnings():   # torch's warnings on a file it then refuses (a pickle protocol) add nothing
             warnings.simplefilter("ignore")
-            raw = torch.load(path, map_location="cpu", weights_only=True)
+            raw = torch.load(path if contents is None else io.BytesIO(contents), map_location="cpu",
+                             weights_only=True)
     except OSError as exc:     # before the catch-all: an unreadable file is no reason to re-save it
         raise ConfigError(_unreadable(exc, path, key)) from None
     except Exception as exc:   # torch raises several types for a file that is not a checkpoint
