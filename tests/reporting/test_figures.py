@@ -980,3 +980,28 @@ def test_the_fairness_figures_draw_a_run_not_dp_as_run_hollow_as_the_auroc_figur
                                         for t in _legend_markers(fig)}
     assert page.count("one marker per run, hollow for a run not DP as run") == 2
     assert "hollow" not in report_html([base, private]).split('id="fairness"')[1].split("<h2 ")[0]
+
+
+@pytest.mark.parametrize("narrow", [False, True])
+def test_every_run_s_hollow_marker_in_the_fairness_figures_is_open_at_its_centre(narrow):
+    """A fairness figure gives each of up to ten runs its own shape; a run not DP as run gets that shape hollow. The
+    plus, the cross and the star (the 6th, 7th and 10th run) are all edge at the figure's marker size: drawn
+    hollow, their edges met at the centre and they looked filled, like a DP run's. Each hollow marker, whatever its
+    run's place, shows the background at its centre, in each layout."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from dpmed.evaluation.summaries import Estimate
+    from dpmed.reporting.study_figures import group_figure
+
+    series = [(f"run {k}", [Estimate(value=0.53 + k / 50)]) for k in range(10)]     # no interval through the marker
+    fig = group_figure(["female"], series, ylabel="test AUROC", title="AUROC by sex", narrow=narrow,
+                       not_dp=range(10))
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    pixels = np.asarray(canvas.buffer_rgba())
+    (ax,) = fig.axes
+    centres = {}
+    for line in ax.get_lines():
+        x, y = ax.transData.transform((line.get_xdata()[0], line.get_ydata()[0]))
+        centres[line.get_label()] = int(pixels[pixels.shape[0] - 1 - int(y), int(x), :3].min())
+    assert len(centres) == 10 and all(value > 200 for value in centres.values()), sorted(centres.items())

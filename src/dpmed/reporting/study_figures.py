@@ -21,6 +21,9 @@ __all__ = ["group_estimates", "group_figure", "cam_grid", "cam_grid_figure"]
 # One shape per run beside its colour: printed in grey, or seen without red and green, runs told apart by colour alone
 # would be one run (matplotlib's ten default colours, so the same ten shapes).
 _MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "*")
+# The plus, cross and star are all edge at this size: drawn hollow (a run not DP as run), their edges met and they
+# looked filled, as a DP run's. Such a run takes an open shape of its own in their place.
+_HOLLOW = {"P": "p", "X": "h", "*": "8"}
 
 
 def group_estimates(groups: Sequence[str], series: Sequence[tuple[str, Sequence[Estimate | None]]], *,
@@ -57,6 +60,7 @@ def group_figure(groups: Sequence[str], series: Sequence[tuple[str, Sequence[Est
     for k, (label, estimates) in enumerate(series):
         color, marker = f"C{k % 10}", _MARKERS[k % len(_MARKERS)]
         style = NOT_DP_MARKER if k in not_dp else {}
+        marker = _HOLLOW.get(marker, marker) if style else marker
         legend: str | None = label                          # one legend entry per run: on its first point
         for i, est in enumerate(estimates):
             if est is None or est.value is None:
