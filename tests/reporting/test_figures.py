@@ -1005,3 +1005,14 @@ def test_every_run_s_hollow_marker_in_the_fairness_figures_is_open_at_its_centre
         x, y = ax.transData.transform((line.get_xdata()[0], line.get_ydata()[0]))
         centres[line.get_label()] = int(pixels[pixels.shape[0] - 1 - int(y), int(x), :3].min())
     assert len(centres) == 10 and all(value > 200 for value in centres.values()), sorted(centres.items())
+
+
+def test_the_text_alternative_names_filled_markers_only_where_a_dp_run_is_drawn(make_record):
+    """Where every point is a run not DP as run (a study of sampler-voided eps only), every marker is hollow, and the
+    text alternative said "filled markers: DP runs" of a figure with none: a reader of it would look for a DP run the
+    figure does not have. Beside a DP run it still says what the filled markers are."""
+    voided = _voided(_seeds(make_record, {"none": [0.96], "eps1000000": [0.90]}), 1e6)
+    alt = auroc_alt(voided)
+    assert "Hollow markers (legend: “DP-SGD (not DP as run)”)" in alt and "filled" not in alt, alt
+    both = _voided(_seeds(make_record, {"none": [0.96], "eps1": [0.80], "eps1000000": [0.90]}), 1e6)
+    assert "filled markers: DP runs" in auroc_alt(both)

@@ -78,7 +78,8 @@ def auroc_alt(records: Iterable[RunRecord]) -> str:
     versus epsilon") told a screen reader's user that a figure exists, not what it says. Each point's eps is the
     report's label (`eps_label`: its delta, accountant and neighbours, and why a run is not DP), as in the tables:
     where the runs' deltas differ, the axis only points to the cards. Where some point is not DP as run, it says
-    what the hollow markers and their legend entry mean, as the figure does."""
+    what the hollow markers and their legend entry mean, as the figure does, and the filled ones only where a DP
+    run is drawn (of a figure of voided runs alone, "filled markers: DP runs" sent a reader looking for one)."""
     records = list(records)
     panels = []
     for panel in _panels(records):
@@ -94,8 +95,9 @@ def auroc_alt(records: Iterable[RunRecord]) -> str:
         lead = "one point per run. "
         line = f" Horizontal line: the non-private test AUROC ({', '.join(base)})." if base else ""
     entries = dict.fromkeys(_legend_entry(r.mechanism, True)[2] for r in records if plotted(r) and not_dp_as_run(r))
+    filled = "; filled markers: DP runs" if any(plotted(r) and not not_dp_as_run(r) for r in records) else ""
     hollow = (f" Hollow markers (legend: {', '.join(f'“{e}”' for e in entries)}): runs not DP as run, each at its "
-              "ε as accounted, which does not hold; filled markers: DP runs." if entries else "")
+              f"ε as accounted, which does not hold{filled}." if entries else "")
     return ("Test AUROC (vertical axis) against ε (horizontal axis, log scale), " + lead
             + " ".join(panels) + hollow + line + " Dotted line: chance, 0.5.")
 
