@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from dpmed.config import load_study, plan_runs
+from dpmed.config.schema import PretrainConfig
 from dpmed.errors import ConfigError
 from dpmed.folders import StudyFolder, file_sha256
 from dpmed.mechanisms import MECHANISMS, PlanContext, mechanism_info
@@ -782,6 +783,53 @@ def test_training_and_evaluating_a_run_again_leave_the_callers_random_state_alon
         evaluated = torch.get_rng_state(), np.random.get_state()[1].copy()
     for state in (trained, evaluated):
         assert torch.equal(state[0], before[0]) and np.array_equal(state[1], before[1])
+
+
+def test_a_run_pretrained_from_model_weights_keeps_that_file_s_hash_in_its_key_file(prepared, tmp_path):
+    """What `dpmed status` hashes the model.weights file against: the file public pretraining started from, not the
+    pretrained weights (a file in the study folder it never names). Kept as the latter, status told a checkpoint
+    that continues as one started from other contents of model.weights, to be deleted."""
+    study, dataset, plans = prepared
+    plan = plans["lap"]
+    weights = tmp_path / "w.pt"
+    weights.write_bytes(b"the weights pretraining started from")
+    study = study.model_copy(update={"model": study.model.model_copy(update={"weights": weights,
+                                                                             "weights_source": "a test"}),
+                                     "pretrain": PretrainConfig.model_validate(
+                                         {"data": {"source": "random_processes", "n_images": 40},
+                                          "public": "generated"})})
+    pretraining = PretrainRecord(dataset="public", task="binary", public="generated", n_train=1, n_val=1, n_test=1,
+                                 image_shape=(1, 16, 16), model="m", training=study.training, seed=0, steps=1,
+                                 seconds=1.0, key="k", weights="pre.pt", sha256="1" * 64, near_duplicate_bits=8,
+                                 start_weights=file_sha256(weights))
+    start = StartRecord(weights="pre.pt", sha256="1" * 64, n_trainable=1, n_frozen=0, pretraining=pretraining)
+    folder = StudyFolder(tmp_path / "s").run(plan.run_id)
+    folder.make()
+    _privacy_randomness(plan, RunContext(dataset=dataset, evaluation=study.evaluation, study=study, start=start),
+                        folder)
+    torch.save({"progress": {"steps": 5, "of": 20}}, folder.checkpoint)
+    assert json.loads(folder.privacy_key.read_text())["weights"] == file_sha256(weights)
+    detail, progress = _checkpoint_detail(folder.checkpoint, folder.privacy_key, "secure", plan.fingerprint(study),
+                                          _start_of(study))
+    assert detail.startswith("continues from its checkpoint at step 5 of 20") and progress == (5, 20), detail
+
+
+def test_a_run_evaluated_again_runs_on_the_threads_this_study_asks_for_not_those_it_trained_with(
+        tmp_path_factory, tmp_path, monkeypatch):
+    """training.threads changes no result (`EXECUTION_ONLY`), so a study may change it and keep its finished runs: one
+    evaluated again runs at the study's count now, as it runs on the study's device, not at its record's."""
+    import dpmed.run as run
+
+    study, dataset, plans = _planned(tmp_path_factory, STUDY + "training: {epochs: 1, batch_size: 32, threads: 1}\n"
+                                     "evaluation: {bootstrap_resamples: 10, explanations: null, fairness: null}\n")
+    plan = next(p for p in plans if p.arm == "base")
+    context, folder = RunContext(dataset=dataset, evaluation=study.evaluation, progress=False), StudyFolder(tmp_path)
+    record = run.run_one(plan, context, folder.run(plan.run_id))
+    seen, assess = [], run.assess
+    monkeypatch.setattr(run, "assess", lambda *a, **k: seen.append(torch.get_num_threads()) or assess(*a, **k))
+    now = plan.model_copy(update={"training": plan.training.model_copy(update={"threads": 2})})
+    run.reevaluate(record, now, context, folder.run(plan.run_id))
+    assert record.plan.training.threads == 1 and seen == [2]
 
 
 # Every state of an interrupted run's key file, beside a checkpoint: (its "attempt", its "settings") as functions of

@@ -185,8 +185,11 @@ def test_an_attack_not_above_chance_is_told_so_as_the_report_tells_it(caplog):
     with caplog.at_level(logging.INFO, logger="dpmed.study"):
         _tell_attack("[2/3] dp_seed0", record)
         _tell_attack("[3/3] dp_seed1", record.model_copy(update={"chance_rate": 0.005}))
+        _tell_attack("[1/3] dp_seed2", record.model_copy(update={"chance_rate": 0.0064}))    # reaches it exactly
     assert [r.getMessage() for r in caplog.records if r.name == "dpmed.study"] == [
         "[2/3] dp_seed0: reconstruction attack success 12.5% [0.6%, 47.0%] (95% CI; 1 of 8 held-out test images), "
         "chance 12.5%; not above chance",
         "[3/3] dp_seed1: reconstruction attack success 12.5% [0.6%, 47.0%] (95% CI; 1 of 8 held-out test images), "
-        "chance 0.5%"]
+        "chance 0.5%",
+        "[1/3] dp_seed2: reconstruction attack success 12.5% [0.6%, 47.0%] (95% CI; 1 of 8 held-out test images), "
+        "chance 0.6%; not above chance"]
