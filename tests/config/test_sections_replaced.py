@@ -115,6 +115,7 @@ def test_an_override_a_later_one_replaces_whole_is_told_as_changing_nothing(writ
     (STUDY, ["data={n_images: 80}"]),                                  # a section the file does not give
     (STUDY + "data: null\n", ["data={n_images: 80}"]),                 # ... or leaves null
     (STUDY, ["evaluation.explanations=null"]),                         # set to null: its defaults, as meant
+    (STUDY, ["training.lr_schedule=null", "training.lr_schedule.kind=step"]),    # ... and a key set inside it
     (STUDY, ["arms=[{name: base, mechanism: none}]"]),                 # a list given whole
     (STUDY, ["training.batch_size=16", "training.lr_schedule.gamma=0.9"]),    # keys, not sections
     # a section inside one an earlier override replaced: the file had no say there
