@@ -66,6 +66,8 @@ def test_real_pneumoniamnist_through_the_registry(pneumoniamnist_path):
 def test_arguments_that_do_not_apply_are_errors(tmp_path):
     with pytest.raises(DataError, match="needs a path"):
         load_dataset(source="medmnist", path=None, image_size=None, channels=None, seed=0, n_images=None)
+    with pytest.raises(DataError, match="needs a path"):      # first: the path is what the user must give at all
+        load_dataset(source="medmnist", path=None, image_size=None, channels=None, seed=0, n_images=10)
     with pytest.raises(DataError, match="reads no file"):
         load_dataset(source="phantom", path="x.npz", image_size=None, channels=None, seed=0, n_images=None)
     path = _fixture_npz(tmp_path / "tiny.npz")
