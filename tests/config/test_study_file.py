@@ -757,6 +757,30 @@ def test_an_arm_is_named_in_a_set_key_by_its_index_or_its_name(write_study):
     assert load_study(path, {"training.steps": 50, "training.epochs": "auto"}).training.steps == 50
 
 
+@pytest.mark.parametrize("sets, blamed", [
+    # one arm's key by its index, the arm replaced, the key again by its name: the last gave the value
+    (["arms.2.delta=abc", "arms.2={name: dp, mechanism: dp_sgd, target_epsilon: 1}", "arms.dp.delta=xyz"],
+     "--set arms.dp.delta=xyz"),
+    (["arms.dp.delta=abc", "arms.dp={name: dp, mechanism: dp_sgd, target_epsilon: 1}", "arms.2.delta=xyz"],
+     "--set arms.2.delta=xyz"),
+    # an audit section the first option added, by index: the file has none
+    (["arms.2.audit.kind=noise", "arms.dp.audit.kind=noise"], "--set arms.dp.audit.kind=noise: arms[2].audit: the "
+                                                              "study file has no arms[2].audit section"),
+])
+def test_a_problem_in_an_arm_named_by_index_and_by_name_is_blamed_on_the_option_that_gave_it(
+        write_study, tmp_path, capsys, sets, blamed):
+    """An arm's key set by its index and again by its name is one key, and the --set applied last gave it: the
+    earlier one was blamed (the options' origins, keyed by arm index, kept the place of the first), or, for a
+    section the options added, the study file."""
+    from dpmed.cli import main
+
+    path = write_study(GOOD)
+    assert main(["plan", str(path), "--no-estimate", *(arg for text in sets for arg in ("--set", text))]) != 0
+    said = capsys.readouterr().err
+    assert said.startswith("dpmed: error: the settings given with study file"), said
+    assert f"  - {blamed}" in said, said
+
+
 @pytest.mark.parametrize("override, key", [
     ({"data.seed": -1}, "data.seed"),
     ({"seeds": [99999999999999999999999]}, "seeds[0]"),

@@ -374,9 +374,15 @@ def load_study(path: str | Path | None = None, overrides: Mapping[str, Any] | No
     # write into the caller's own mapping
     applied = {key: _apply(raw, key, copy.deepcopy(value), origins[key]) for key, value in overrides.items()}
     given = origins      # by each override's key: two may set one list item, by its name and by its index
-    # keyed by the path as set, list items by index: a problem's location names an arm by its index
-    created = {at: made for made, at in applied.values()}
-    origins = {applied[key][1]: origin for key, origin in origins.items()}
+    # keyed by the path as set, list items by index: a problem's location names an arm by its index. Two overrides
+    # of one arm's key, by its index and by its name, are one key, given by the later and placed where it applied
+    # (`schema.given_by` takes the last that holds a key), with the sections either added
+    created: dict[str, list[list[str]]] = {}
+    origins = {}
+    for key, (made, at) in applied.items():
+        created[at] = created.pop(at, []) + made
+        origins.pop(at, None)
+        origins[at] = given[key]
     try:
         study = schema.Study.model_validate(raw)
     except ValidationError as exc:
