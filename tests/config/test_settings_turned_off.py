@@ -110,3 +110,35 @@ def test_a_study_built_in_python_is_told_too_and_a_loaded_one_once(write_study, 
         check_study(load_study(path))
     [said] = _warnings(caplog)
     assert said.startswith(f"study file {path}: training.lr_schedule.gamma changes nothing"), said
+
+
+def test_a_setting_changed_in_python_on_a_loaded_study_is_told_as_the_study_s(write_study, caplog):
+    """A Study read from a file and changed in Python with ``model_copy(update=...)`` (which validates nothing) was
+    told nothing by check_study, which left a loaded Study's settings to load_study, and a key added in Python was to
+    be removed from the study file, or from a --set that gave another value."""
+    from dpmed.config import check_study
+
+    path = write_study(f"name: s\ntraining: {{lr_schedule: {{gamma: 0.5}}}}\n{ARMS}")
+    loaded = load_study(path)
+    changed = loaded.model_copy(update={"training": loaded.training.model_copy(update={"reference_batch_size": 128})})
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        checked = check_study(changed)
+    assert _warnings(caplog) == [
+        "training.reference_batch_size changes nothing, as lr_scaling is none (set linear or sqrt to scale the "
+        "learning rate by it); remove it from the Study passed to run_study (runs that finished with it are the same "
+        "runs without it)"]
+    # the file's own, told when it was read, is still the file's
+    assert checked.removal("training.lr_schedule.gamma").startswith("remove it from the study file (")
+    key = "training.lr_schedule.gamma"
+    loaded = load_study(path, {key: 0.2}, origins={key: f"--set {key}=0.2"})
+    schedule = loaded.training.lr_schedule.model_copy(update={"gamma": 0.3})
+    changed = loaded.model_copy(update={"training": loaded.training.model_copy(update={"lr_schedule": schedule})})
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        checked = check_study(changed)
+    [said] = _warnings(caplog)
+    assert said.endswith("remove it from the Study passed to run_study (runs that finished with it are the same runs "
+                         "without it)"), said
+    assert checked.origin(key) is None
+    assert check_study(loaded).origin(key) == f"--set {key}=0.2"

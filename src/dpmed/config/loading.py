@@ -292,7 +292,8 @@ def check_study(study: schema.Study) -> schema.Study:
     dump gave every default, and `dpmed run` then warned of defaults no study file held as settings the data turn
     off (`Study.settings_the_data_turn_off`). A Study built in Python is told each setting another turns off
     (`Study.settings_turned_off`), as `load_study` tells a study file's: nothing else read it, and one was ignored
-    without a word."""
+    without a word; so is a loaded Study's setting changed in Python since (`Study.given_in_python`), and only
+    that one: load_study told the others."""
     raw = study.model_dump(warnings=False, exclude_unset=True)
     try:
         checked = schema.Study.model_validate(raw)
@@ -305,9 +306,9 @@ def check_study(study: schema.Study) -> schema.Study:
     except ValueError as exc:
         raise ConfigError(f"the Study passed to run_study: {exc}") from None
     # where its keys were given, which no dump holds
-    checked = checked.given_with(study._origins, from_file=study._from_file)
-    if not checked._from_file:     # load_study told a study file's when it read it
-        for key, why in checked.settings_turned_off():
+    checked = checked.given_with(study._origins, read=study._read)
+    for key, why in checked.settings_turned_off():
+        if checked.given_in_python(key):     # load_study told a study file's, and an option's, when it read them
             _log.warning("%s changes nothing, as %s; %s", key, why, checked.removal(key))
     return checked
 
@@ -394,16 +395,18 @@ def load_study(path: str | Path | None = None, overrides: Mapping[str, Any] | No
         check_run_ids(study)
     except ValueError as exc:
         raise ConfigError(f"study file {path}: {exc}") from None
-    study = study.given_with(origins, from_file=True)
+    study = study.given_with(origins)
     as_set = {key: at for key, (_, at) in applied.items()}
     _tell_overrides_replaced(as_set, given, path)
     _tell_sections_replaced(in_file, raw, overrides, as_set, origins, path)
     _tell_settings_turned_off(study, path)
     try:
-        return _with_paths_resolved(study, path)
+        study = _with_paths_resolved(study, path)
     except (OSError, ValueError) as exc:   # a name too long for the file system, a NUL byte in it
         raise ConfigError(f"study file {path}: a path in it cannot be used ({exc}); fix data.path, model.weights "
                           "or pretrain.data.path") from None
+    # what the file and the options gave, paths resolved: a key that differs later was changed in Python
+    return study.given_with(origins, read=study.model_dump(warnings=False, exclude_unset=True))
 
 
 def _tell_overrides_replaced(applied: Mapping[str, str], origins: Mapping[str, str], path: Path) -> None:

@@ -468,6 +468,20 @@ def given_by(origins: Mapping[str, str], path: list[str]) -> str | None:
     return next((said for at, said in reversed(list(origins.items())) if holds(at, path)), None)
 
 
+def _given(keys: Mapping, key: str) -> tuple[bool, object]:
+    """(whether ``keys``, a study's keys as given (``model_dump(exclude_unset=True)``), hold the dotted ``key``, a
+    list item by its index; what they hold there)."""
+    value: object = keys
+    for part in key.split("."):
+        if isinstance(value, dict) and part in value:
+            value = value[part]
+        elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
+            value = value[int(part)]
+        else:
+            return False, None
+    return True, value
+
+
 def describe_removal(key: str) -> str:
     """What removing ``key``, a setting that changes nothing (`Study.settings_turned_off`,
     `Study.settings_the_data_turn_off`), does to the runs that finished with it: none is trained again (a run's
@@ -557,10 +571,12 @@ class Study(_Strict):
     pretrain: PretrainConfig | None = None
     arms: list[Arm]
     # How each key given outside the study file was given (the key as set -> e.g. "--set data.split.seed=3"), and
-    # whether there is a study file at all (not for a Study built in Python), for warnings told once the data are
-    # read: held by the loaded study (`given_with`), in no file it writes
+    # the keys the study file and those options gave, as load_study returned the study (None for a Study built in
+    # Python): a key that holds otherwise was changed in Python since (``model_copy(update=...)``, which validates
+    # nothing and keeps these), and is neither the file's nor an option's. For warnings told once the data are read:
+    # held by the loaded study (`given_with`), in no file it writes
     _origins: dict[str, str] = PrivateAttr(default_factory=dict)
-    _from_file: bool = PrivateAttr(default=False)
+    _read: dict | None = PrivateAttr(default=None)
 
     @model_validator(mode="before")
     @classmethod
@@ -620,23 +636,37 @@ class Study(_Strict):
                          ("pretrain.data", self.pretrain.data.settings_turned_off(size_from_study=True))]
         return [(f"{name}.{key}", why) for name, off in sections for key, why in off]
 
-    def given_with(self, origins: Mapping[str, str], *, from_file: bool = False) -> "Study":
-        """This study, holding how each key of ``origins`` was given outside the study file (`origin`), and whether
-        the rest was read from a study file (`load_study`) or given in Python (`removal`)."""
+    def given_with(self, origins: Mapping[str, str], *, read: dict | None = None) -> "Study":
+        """This study, holding how each key of ``origins`` was given outside the study file (`origin`), and
+        ``read``: the keys a study file and those options gave (``model_dump(exclude_unset=True)`` of the study
+        `load_study` returned), or None for a Study given in Python (`given_in_python`)."""
         study = self.model_copy()
-        study._origins, study._from_file = dict(origins), from_file
+        study._origins, study._read = dict(origins), read
         return study
 
+    def given_in_python(self, key: str) -> bool:
+        """Whether ``key`` was given in Python, not by a study file or an option: the whole Study was
+        (``Study(...)``, ``Study.model_validate``), or it was loaded and ``key`` holds otherwise than it was read, or
+        is set where it was not (a change with ``model_copy(update=...)``)."""
+        if self._read is None:
+            return True
+        return _given(self.model_dump(warnings=False, exclude_unset=True), key) != _given(self._read, key)
+
     def origin(self, key: str) -> str | None:
-        """How the user gave ``key`` outside the study file (`given_by`), or None: given in the file, or by a caller
-        that said nothing of where (`given_with`)."""
+        """How the user gave ``key`` outside the study file (`given_by`), or None: given in the file, changed in
+        Python since the study was read (`given_in_python`), or by a caller that said nothing of where
+        (`given_with`)."""
+        if self._read is not None and self.given_in_python(key):
+            return None
         return given_by(self._origins, key.split("."))
 
     def removal(self, key: str) -> str:
         """Where to remove ``key``, a setting that changes nothing, and what that does to finished runs
-        (`describe_removal`): from the option that gave it, the study file, or, for a Study built in Python
-        (``Study(...)``, ``Study.model_validate``), which has none, the Study as `dpmed.config.check_study` names it."""
-        given = self.origin(key) or ("the study file" if self._from_file else "the Study passed to run_study")
+        (`describe_removal`): from the option that gave it, the study file, or, where it was given in Python
+        (`given_in_python`: a Study built there, or a loaded one changed there since), the Study as
+        `dpmed.config.check_study` names it."""
+        given = self.origin(key) or ("the Study passed to run_study" if self.given_in_python(key) else
+                                     "the study file")
         return f"remove it from {given} ({describe_removal(key)})"
 
     def settings_the_data_turn_off(self, dataset: Dataset) -> list[tuple[str, str]]:
