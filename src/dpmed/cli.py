@@ -257,14 +257,20 @@ def _load(args: argparse.Namespace) -> Any:
                                                              f"from the current directory, {Path.cwd()})")
             raise ConfigError(f"--data-path {args.data_path}: no such file or folder{tried}; pass the dataset's "
                               "file or folder")
-        # popped first, as a --set given again: applied after every --set (a --set data={...} replaces no option)
-        overrides.pop("data.path", None)
-        overrides["data.path"] = str(data_path)
-        origins["data.path"] = f"--data-path {args.data_path}"
+        _give_last(overrides, origins, "data.path", str(data_path), f"--data-path {args.data_path}")
     if args.device is not None:
-        overrides.pop("training.device", None)
-        overrides["training.device"], origins["training.device"] = args.device, f"--device {args.device}"
+        _give_last(overrides, origins, "training.device", args.device, f"--device {args.device}")
     return load_study(args.study, overrides, origins=origins)
+
+
+def _give_last(overrides: dict[str, Any], origins: dict[str, str], key: str, value: Any, option: str) -> None:
+    """Set ``key`` as ``option`` (--data-path, --device) gives it: after every --set, so that a --set of its section
+    (data={...}) replaces nothing of it. A --set of the key itself then changes nothing, and was dropped without a
+    word, a mistake in it (--set training.device=gpu) unchecked: told."""
+    if key in overrides:
+        _log.warning("%s changes nothing: %s gives %s; leave out one of them", origins[key], option, key)
+    overrides.pop(key, None)
+    overrides[key], origins[key] = value, option
 
 
 def _run(args: argparse.Namespace) -> int:

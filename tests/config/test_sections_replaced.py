@@ -157,3 +157,18 @@ def test_device_and_data_path_hold_over_a_set_of_their_section_given_before_them
     section, _, name = key.partition(".")
     given = str(tmp_path / option[1]) if key == "data.path" else option[1]     # a path read from the current folder
     assert str(getattr(getattr(loaded[0], section), name)) == given
+
+
+@pytest.mark.parametrize("option, key", [(["--device", "cpu"], "training.device"),
+                                         (["--data-path", "b.npz"], "data.path")])
+def test_a_set_of_the_key_device_or_data_path_gives_is_told_it_changes_nothing(write_study, tmp_path, monkeypatch,
+                                                                               caplog, option, key):
+    """--device and --data-path apply after every --set: a --set of their own key was dropped without a word, and
+    one it held a mistake in (--set training.device=gpu) was never checked."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "b.npz").write_bytes(b"")
+    with caplog.at_level(logging.WARNING):
+        main(["plan", str(write_study(STUDY)), "--out", str(tmp_path / "out"), "--no-estimate",
+              f"--set={key}=gpu", *option])
+    said = [r.getMessage() for r in caplog.records if "changes nothing" in r.getMessage()]
+    assert said == [f"--set {key}=gpu changes nothing: {' '.join(option)} gives {key}; leave out one of them"], said
