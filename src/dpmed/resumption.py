@@ -36,28 +36,51 @@ __all__ = ["finished_runs", "data_fingerprints", "attributes_fingerprint", "rand
            "evaluated_otherwise"]
 
 
-def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
-    """{"training.learning_rate": 0.001, "swept.0.value": 8, ...}: nested JSON data by dotted key."""
-    if isinstance(value, dict):
-        return {k: v for key, item in value.items() for k, v in _flat(item, f"{prefix}{key}.").items()}
-    if isinstance(value, list):
-        return {k: v for i, item in enumerate(value) for k, v in _flat(item, f"{prefix}{i}.").items()}
-    return {prefix.rstrip("."): value}
-
-
 def setting_differences(before: dict[str, Any], now: dict[str, Any]) -> list[str]:
-    """``training.learning_rate: 0.001 in the finished run, 0.01 now``, one per differing setting."""
-    old, new = _flat(before), _flat(now)
-    missing = "(not set)"
-    return [f"{key}: {' in the finished run, '.join(_told(old.get(key, missing), new.get(key, missing)))} now"
-            for key in sorted(old.keys() | new.keys()) if old.get(key, missing) != new.get(key, missing)]
+    """``training.learning_rate: 0.001 in the finished run, 0.01 now``, one per differing setting, by dotted key
+    (``swept.0.value``). A section set on one side only is one line, not one per key it holds ("audit: not set in the
+    finished run, {canaries: 10, ...} now"); None reads "not set", a key one side lacks (another mechanism's plan, a
+    record of another dpmed) "absent"."""
+    return [f"{key}: {' in the finished run, '.join(_told(a, b))} now"
+            for key, a, b in sorted(_differing(before, now, ""), key=lambda d: d[0])]
+
+
+_ABSENT = object()     # a key one side does not have
+
+
+def _differing(a: Any, b: Any, key: str) -> list[tuple[str, Any, Any]]:
+    """(dotted key, value before, value now) of each differing value in two nested JSON data, compared key by key
+    where both are mappings (or lists of one length) and as a whole otherwise. A mapping or list one side lacks
+    compares as an empty one, which holds no setting to differ (so a record that lacks an empty section is reused)."""
+    a, b = (type(b)() if a is _ABSENT and isinstance(b, (dict, list)) else a,
+            type(a)() if b is _ABSENT and isinstance(a, (dict, list)) else b)
+    if isinstance(a, dict) and isinstance(b, dict):
+        return [d for k in a.keys() | b.keys() for d in _differing(a.get(k, _ABSENT), b.get(k, _ABSENT), f"{key}.{k}")]
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        return [d for i, (x, y) in enumerate(zip(a, b)) for d in _differing(x, y, f"{key}.{i}")]
+    return [] if a == b else [(key.lstrip("."), a, b)]
+
+
+def _shown(value: Any) -> str:
+    """A setting's value as the message writes it: None as "not set", a key one side lacks as "absent", a section as
+    the study file would ({canaries: 10, kind: mislabelled})."""
+    return "absent" if value is _ABSENT else "not set" if value is None else _written(value)
+
+
+def _written(value: Any) -> str:
+    """``value`` in YAML's flow style, as a study file writes it."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {_written(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(map(_written, value)) + "]"
+    return "null" if value is None else str(value)
 
 
 def _told(a: Any, b: Any) -> tuple[str, str]:
     """Two differing values as text; long floats to the fewest figures (four at least) that tell them apart, not
     all seventeen (a noise multiplier read 3.4119000860365762). Short ones (0.001, 3.0) as Python writes them."""
     if not (isinstance(a, float) and isinstance(b, float)) or max(len(str(a)), len(str(b))) <= 10:
-        return str(a), str(b)
+        return _shown(a), _shown(b)
     figures = next((p for p in range(4, 17) if f"{a:.{p}g}" != f"{b:.{p}g}"), 17)
     return f"{a:.{figures}g}", f"{b:.{figures}g}"
 

@@ -185,3 +185,26 @@ def test_an_arms_training_settings_reach_both_its_training_and_its_accountant(tm
     assert own.audit == study.arms[0].audit and own.audit.canaries == 50 and other.audit is None
     assert (other.training.steps, other.training.batch_size, other.training.learning_rate) == (7, 10, 0.002)
     assert other.privacy.steps == 7 and other.privacy.sample_rate == pytest.approx(10 / 60)
+
+
+def test_a_section_set_on_one_side_only_is_told_as_set_and_not_set(tmp_path):
+    """A rerun that drops an arm's audit (or adds one) was told "audit: (not set) in the finished run, None now"
+    beside a line per audit key: an audit set on one side is one line, "not set" on the other, either way; a setting
+    that another mechanism's plan has no place for reads "absent"."""
+    from dpmed.resumption import setting_differences
+
+    def planned(arm: str) -> dict:
+        path = tmp_path / "a.yaml"
+        path.write_text(f"name: a\ntraining: {{epochs: 2, batch_size: 10}}\narms:\n  - {arm}\n")
+        return plan_runs(load_study(path), CONTEXT)[0].settings()
+
+    audited = planned("{name: a, mechanism: none, audit: {canaries: 10}}")
+    plain = planned("{name: a, mechanism: none}")
+    told = "{canaries: 10, kind: mislabelled, confidence: 0.95}"
+    assert setting_differences(audited, plain) == [f"audit: {told} in the finished run, not set now"]
+    assert setting_differences(plain, audited) == [f"audit: not set in the finished run, {told} now"]
+    ldp = planned("{name: a, mechanism: pixel_laplace, scale: 0.5}")
+    lines = setting_differences(plain, ldp)
+    assert "privacy.mechanism: none in the finished run, pixel_laplace now" in lines
+    assert "privacy.scale: absent in the finished run, 0.5 now" in lines
+    assert not [line for line in lines if "None" in line or "(not set)" in line], lines
