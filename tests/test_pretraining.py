@@ -253,6 +253,41 @@ def test_pretraining_from_saved_weights_starts_the_public_model_from_them_and_re
     assert record.image_shape == (1, 16, 16)
 
 
+def test_pretraining_starts_from_the_bytes_its_record_names_even_where_the_file_is_replaced_after_the_hash(
+        private, tmp_path, monkeypatch):
+    """pretrain hashed model.weights (the cache key and the record name the weights by that hash), then read the file
+    again to load it after reading the public data: a file replaced between the two reads (new weights saved under
+    the same name) pretrained from weights the record does not name. The hash and the load are of one read."""
+    weights = tmp_path / "model.pt"
+    torch.manual_seed(7)
+    saved = build_model("small_cnn", in_channels=1, num_outputs=2, image_size=16).state_dict()
+    torch.save(saved, weights)
+    sha = file_sha256(weights)
+    replaced, seen, real = [], [], pretraining.train
+
+    def then_replaced(read):
+        """``read`` of the file, which is then replaced by other weights: what a second read of it would load."""
+        def reading(file, *args, **kwargs):
+            got = read(file, *args, **kwargs)
+            if Path(file) == weights:
+                torch.save({k: v + 1 for k, v in saved.items()}, weights)
+                replaced.append(weights)
+            return got
+        return reading
+
+    for read in ("hash_weights", "read_weights"):     # what is read to be hashed, before the fix or after it
+        if hasattr(pretraining, read):
+            monkeypatch.setattr(pretraining, read, then_replaced(getattr(pretraining, read)))
+    monkeypatch.setattr(pretraining, "train", lambda model, *a, **k: seen.append(
+        {k: v.detach().clone() for k, v in model.state_dict().items()}) or real(model, *a, **k))
+    study = _study(pretrain=PUBLIC, model={"name": "small_cnn", "weights": str(weights),
+                                           "weights_source": "the phantom, seed 7"})
+    record = pretraining.pretrain(study, private, StudyFolder(tmp_path / "out"))
+    assert replaced == [weights] and record.start_weights == sha != file_sha256(weights) and len(seen) == 1
+    for name, value in seen[0].items():
+        torch.testing.assert_close(value, saved[name])
+
+
 def test_finished_runs_that_trained_another_part_are_refused_before_their_pretraining_is_trained_again(
         private, tmp_path, monkeypatch, make_record):
     """The cache entry gone (deleted, or the folder copied without it), the finished runs' start names the same

@@ -52,7 +52,8 @@ from dpmed.evaluation.utility import auroc
 from dpmed.folders import RETRAIN_NOTE, StudyFolder, file_sha256, write_torch_atomic
 from dpmed.mechanisms import length_text, training_steps
 from dpmed.models import MODELS, build_model
-from dpmed.models.weights import hash_weights, load_weights, match_head, read_state_dict, set_trainable
+from dpmed.models.weights import (hash_weights, load_weights, match_head, read_state_dict, read_weights,
+                                  set_trainable)
 from dpmed.records import PretrainRecord, StartRecord, read_pretrain_record, read_record
 from dpmed.training import resolve_device, run_threads, torch_threads, train
 
@@ -216,7 +217,9 @@ def pretrain(study: Study, private: Dataset, folder: StudyFolder, *, progress: b
     if overlap is None:
         overlap = _refuse_overlap(public, private, config)
     start = study.model.weights
-    start_sha = None if start is None else hash_weights(start)
+    # hashed and loaded from one read: the key and the record name the weights pretraining starts from by this hash
+    contents = None if start is None else read_weights(start)
+    start_sha = None if contents is None else hashlib.sha256(contents).hexdigest()
     key = _content_key(public, config, study.model.name, start_sha)
     where = pretrain_folder(folder) / key[:16]
     cached = _cached(where) or _keyed_otherwise(public, config, study.model.name, start_sha, folder)
@@ -240,7 +243,7 @@ def pretrain(study: Study, private: Dataset, folder: StudyFolder, *, progress: b
     model = build_model(study.model.name, in_channels=c, num_outputs=public.task.num_outputs, image_size=h,
                         seed=config.seed)
     if start is not None:
-        load_weights(model, read_state_dict(start), head=info.head, path=start)
+        load_weights(model, read_state_dict(start, contents=contents), head=info.head, path=start)
     device = resolve_device(config.training.device if config.training.device != "auto" else study.training.device)
     train_input, val_input = _with_inputs(public, public.train), _with_inputs(public, public.val)
     _log.info("pretrain: training %s on %d public images (%s), without privacy", study.model.name, len(public.train),

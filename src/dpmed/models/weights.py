@@ -56,7 +56,7 @@ from dpmed.errors import ConfigError
 from dpmed.folders import file_sha256
 
 __all__ = ["LoadedWeights", "HeadMatch", "match_head", "read_state_dict", "load_weights", "set_trainable",
-           "last_blocks_problem", "frozen_at_random", "hash_weights", "TRAINABLE_ALL", "TRAINABLE_HEAD",
+           "last_blocks_problem", "frozen_at_random", "hash_weights", "read_weights", "TRAINABLE_ALL", "TRAINABLE_HEAD",
            "BATCH_NORM_STATISTICS"]
 
 TRAINABLE_ALL = "all"
@@ -166,17 +166,37 @@ def _unwrapped(key: str) -> str:
     return next((key[len(p):] for p in _WRAPPER_PREFIXES if key.startswith(p)), key)
 
 
+def read_weights(path: Path, *, key: str = "model.weights") -> bytes:
+    """The bytes of the weights file ``path``, read once, so that the bytes a caller hashes are the bytes it loads
+    (`read_state_dict`'s ``contents``): hashed, then read again to load, a file replaced between the two reads would
+    train from weights whose hash is not the one recorded. ConfigError naming ``key`` and the path where it is a
+    folder, missing or cannot be read."""
+    path = Path(path)
+    _refuse_no_file(path, key)
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as exc:
+        raise ConfigError(_unreadable(exc, path, key)) from None
+
+
+def _refuse_no_file(path: Path, key: str) -> None:
+    """ConfigError naming ``key`` where ``path`` is a folder or no file."""
+    if path.is_dir():
+        raise ConfigError(f"{key}: {path} is a folder; give the path of the weights file in it (a .pt state dict)")
+    if not path.is_file():
+        raise ConfigError(f"{key}: no such file {path}; give the path of a local state dict (dpmed downloads "
+                          "nothing)")
+
+
 def read_state_dict(path: Path, *, key: str = "model.weights", contents: bytes | None = None) -> dict[str, Tensor]:
     """The state dict in ``path`` (the layouts of the module docstring), on the CPU. ConfigError naming ``key`` and
     the path if the file is missing or holds no state dict; naming the BatchNorm keys if it holds BatchNorm.
-    ``contents``: the file's bytes as the caller read and hashed them, loaded instead of reading the file again,
-    which may have been replaced since (`dpmed.run.start_model`)."""
+    ``contents``: the file's bytes as the caller read and hashed them (`read_weights`), loaded instead of reading the
+    file again, which may have been replaced since (`dpmed.run.start_model`, `dpmed.pretraining.pretrain`)."""
     path = Path(path)
-    if contents is None and path.is_dir():
-        raise ConfigError(f"{key}: {path} is a folder; give the path of the weights file in it (a .pt state dict)")
-    if contents is None and not path.is_file():
-        raise ConfigError(f"{key}: no such file {path}; give the path of a local state dict (dpmed downloads "
-                          "nothing)")
+    if contents is None:
+        _refuse_no_file(path, key)
     try:
         with warnings.catch_warnings():   # torch's warnings on a file it then refuses (a pickle protocol) add nothing
             warnings.simplefilter("ignore")
