@@ -337,8 +337,10 @@ def _run_logged(args: argparse.Namespace, bars: bool, handlers: list[logging.Han
     if result.failures or result.pending:
         for failure in result.failures:
             print(f"FAILED {failure.run_id}: {failure.error} ({failure.traceback_note})", file=sys.stderr)
-        died = any(failure.error == WORKER_DIED for failure in result.failures)   # with --fail-fast or without
-        why = ("--fail-fast stopped the study; a run stopped mid-way continues from its checkpoint" if not died
+        # runs are left unfinished by a --fail-fast stop after a run's own failure, or by a pool that a dead worker
+        # broke (which fails the run it held, if it held one): with --fail-fast or without
+        stopped_fast = args.fail_fast and any(failure.error != WORKER_DIED for failure in result.failures)
+        why = ("--fail-fast stopped the study; a run stopped mid-way continues from its checkpoint" if stopped_fast
                else "a worker process died, and the pool stopped the others: a run stopped mid-way continues from "
                "its checkpoint, one not started trains")
         stopped = f", {len(result.pending)} not finished ({why})" if result.pending else ""

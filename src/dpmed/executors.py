@@ -148,6 +148,12 @@ WORKER_DIED = ("a worker process died (killed from outside: out of memory, kill 
                "the study again: unfinished runs continue from their checkpoints (with fewer --workers, or a smaller "
                "training.physical_batch_size, if memory ran out). From a Python script, call run_study with "
                "workers > 1 under `if __name__ == \"__main__\":`, or each worker fails as it starts")
+# A worker killed while it held no unfinished run (still starting, or between runs) breaks the pool all the same: no
+# run fails for it, and the runs the pool stopped or never started are left unfinished; this says why.
+WORKER_DIED_IDLE = ("a worker process died (killed from outside: out of memory, kill -9) while it held no unfinished "
+                    "run, and the pool stopped the other workers; run the study again: unfinished runs continue from "
+                    "their checkpoints (with fewer --workers, or a smaller training.physical_batch_size, if memory ran "
+                    "out)")
 
 
 class InProcessExecutor:
@@ -375,11 +381,15 @@ class ProcessPoolExecutor:
                 queue.close()
                 queue.join_thread()
         anyone_started = any(taken)
+        blamed = False      # a run failed for the death, naming it
         for done in broken:
             outcome = _broken_off(pending[done], taken[index[done]], anyone_started=anyone_started)
             if outcome is not None:
                 reported.add(done)
                 on_outcome(pending[done], outcome)
+                blamed = blamed or isinstance(outcome, RunFailure)
+        if broken and not blamed:
+            _log.warning("%s", WORKER_DIED_IDLE)
         if stopped:
             for task, outcome in _ended_before_the_stop(pending, reported):
                 on_outcome(task, outcome)

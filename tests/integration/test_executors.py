@@ -145,21 +145,23 @@ def test_fail_fast_stops_at_the_first_failure(tmp_path, monkeypatch, capsys, tin
 
 
 @pytest.mark.parametrize("fail_fast", [[], ["--fail-fast"]])
+@pytest.mark.parametrize("failed", [["base_seed0"], []])
 def test_runs_left_unstarted_by_a_dead_worker_are_not_blamed_on_fail_fast(tmp_path, monkeypatch, capsys, tiny_text,
-                                                                          fail_fast):
+                                                                          fail_fast, failed):
     """The runs a broken process pool stopped or never started (above) were summed up as "not finished (--fail-fast
     stopped the study ...)": an option the user did not give, or, given, not what stopped them (a dead worker's
-    run is no failure the pool loop stops at: the pool had broken already)."""
+    run is no failure the pool loop stops at: the pool had broken already). So too where the worker that died held
+    no unfinished run (killed as it started, or between runs), and no run failed at all."""
     (tmp_path / "s.yaml").write_text(tiny_text)
     study = load_study(tmp_path / "s.yaml")
-    died = RunFailure("base_seed0", WORKER_DIED, None)
+    died = [RunFailure(run_id, WORKER_DIED, None) for run_id in failed]
     monkeypatch.setattr(dpmed.study, "run_study", lambda *args, **kwargs: dpmed.study.StudyResult(
-        study=study, out_dir=tmp_path / "out" / "tiny", records=[], resumed=[], seconds=1.0, failures=[died],
+        study=study, out_dir=tmp_path / "out" / "tiny", records=[], resumed=[], seconds=1.0, failures=died,
         pending=["dp_eps8_C1_seed0"]))
     assert main(["run", str(tmp_path / "s.yaml"), "--out", str(tmp_path / "out"), "--no-progress", *fail_fast]) == 1
     err = capsys.readouterr().err
-    assert ("1 run(s) failed, 1 not finished (a worker process died, and the pool stopped the others: a run stopped "
-            "mid-way continues from its checkpoint, one not started trains)") in err, err
+    assert (f"{len(failed)} run(s) failed, 1 not finished (a worker process died, and the pool stopped the others: a "
+            "run stopped mid-way continues from its checkpoint, one not started trains)") in err, err
     assert "--fail-fast stopped" not in err
 
 
@@ -569,6 +571,55 @@ def test_only_the_run_whose_worker_died_fails_and_the_others_are_left_to_run(tmp
     assert isinstance(killed, RunFailure) and killed.error == WORKER_DIED
     assert json.loads(killed.error_file.read_text())["error"] == WORKER_DIED
     assert not tasks[1].folder.error.exists() and not tasks[2].folder.error.exists()
+
+
+_KILLED_WITHOUT_A_RUN = '''
+import os
+import signal
+import time
+from pathlib import Path
+
+import dpmed.executors
+
+
+def install(marks):
+    try:                                          # the first worker to start claims the death
+        os.close(os.open(os.path.join(marks, "dying"), os.O_CREAT | os.O_EXCL))
+    except FileExistsError:
+        def fake(plan, context, folder):
+            Path(marks, plan.run_id).touch()
+            time.sleep(120)                       # a run in progress, until the broken pool ends its worker
+        dpmed.executors.run_one = fake
+        return
+    deadline = time.monotonic() + 240             # the other worker may start late under load
+    while len(os.listdir(marks)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.kill(os.getpid(), signal.SIGKILL)          # killed as it starts, holding no run (out of memory, kill -9)
+'''
+
+
+def test_a_worker_that_dies_holding_no_run_is_told(tmp_path, monkeypatch, caplog, tiny_text):
+    """A worker killed before it took a run up (still starting, or between runs) breaks the pool as well, which
+    stops the run the other worker trains: no run failed, every run was left unfinished, and nothing said why (the
+    command's summary blamed --fail-fast, given or not)."""
+    (tmp_path / "killed_idle.py").write_text(_KILLED_WITHOUT_A_RUN)
+    monkeypatch.syspath_prepend(str(tmp_path))       # spawned workers start with this process's sys.path
+    import killed_idle
+
+    (tmp_path / "s.yaml").write_text(tiny_text)
+    prepared = prepare_study(load_study(tmp_path / "s.yaml"), out=tmp_path / "out")
+    tasks = [RunTask(plan, prepared.folder.run(plan.run_id)) for plan in prepared.plans]
+    (tmp_path / "marks").mkdir()
+    outcomes = {}
+    with caplog.at_level(logging.WARNING, logger="dpmed.executors"):
+        ProcessPoolExecutor(2, setup=functools.partial(killed_idle.install, str(tmp_path / "marks"))).map(
+            tasks, RunContext(dataset=prepared.dataset, evaluation=prepared.study.evaluation, progress=False),
+            lambda t, outcome: outcomes.setdefault(t.plan.run_id, outcome), fail_fast=False)
+    assert len(os.listdir(tmp_path / "marks")) == 2, "the living worker took up no run"
+    assert outcomes == {}                             # the stopped run continues, the other trains, next time
+    assert not any(task.folder.error.exists() for task in tasks)
+    assert "a worker process died (killed from outside: out of memory, kill -9) while it held no unfinished run, " \
+           "and the pool stopped the other workers" in caplog.text, caplog.text
 
 
 def test_a_dead_worker_s_run_json_that_cannot_be_read_makes_the_run_failed_not_the_study_stop(tmp_path, tiny_text):
