@@ -35,8 +35,8 @@ _WINDOWS = os.name == "nt"
 
 UNWRITABLE_ADVICE = ("choose a writable output folder (--out), which trains the study again, or make this one "
                      "writable: finished runs are kept, and the same command continues from them")
-FULL_DISK_ADVICE = ("free space on its disk, or choose an output folder (--out) on another disk; finished runs are "
-                    "kept, and the same command continues from them")
+FULL_DISK_ADVICE = ("free space on its disk, or choose an output folder (--out) on another disk, which trains the "
+                    "study again: finished runs are kept, and the same command continues from them")
 
 # What a file system refuses whichever file is written: no space or quota left, mounted read-only, access denied.
 _FULL = {errno.ENOSPC} | ({errno.EDQUOT} if hasattr(errno, "EDQUOT") else set())

@@ -77,8 +77,8 @@ def test_a_full_disk_while_run_writes_the_study_folder_ends_in_one_line(tiny_tex
     assert main(["run", str(_study(tmp_path, tiny_text)), "--out", str(out), "--no-progress"]) == 2
     assert _error_line(capsys.readouterr().err) == (
         f"dpmed: error: cannot write to the output folder {out / 'tiny'}: No space left on device; free space on its "
-        "disk, or choose an output folder (--out) on another disk; finished runs are kept, and the same command "
-        "continues from them")
+        "disk, or choose an output folder (--out) on another disk, which trains the study again: finished runs are "
+        "kept, and the same command continues from them")
     assert not (out / "tiny" / "private" / "lock").exists()
 
 
