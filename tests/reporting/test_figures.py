@@ -280,6 +280,11 @@ def _means(ax) -> list[tuple[float, float]]:
                   if line.get_marker() == "o" and line.get_markersize() == 6)
 
 
+def _legend_texts(fig) -> list[str]:
+    """The legend's entries, each as one line: a phone's legend wraps its long entries to the figure's width."""
+    return [" ".join(t.get_text().split()) for t in fig.legends[0].get_texts()]
+
+
 @pytest.mark.parametrize("narrow", [False, True])
 def test_a_multi_seed_study_draws_each_configuration_once_as_its_mean_and_t_interval_over_seeds(make_record, narrow):
     """With seeds 0, 1, 2 the figure had three black non-private lines and bands, unlabelled, and three points per
@@ -307,7 +312,7 @@ def test_a_multi_seed_study_draws_each_configuration_once_as_its_mean_and_t_inte
     dots = sorted(round(float(y), 6) for line in ax.get_lines() if line.get_marker() == "o"
                   and line.get_markersize() == 3 for y in line.get_ydata())
     assert dots == [0.80, 0.83, 0.84, 0.86, 0.88, 0.90]              # each seed, faint
-    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    legend = _legend_texts(fig)
     assert {"non-private AUROC, mean of 3 seeds", "non-private, 95% t interval over seeds",
             "bars: 95% t interval over seeds, faint dots: each seed", "chance (AUROC 0.5)"} <= set(legend)
     assert "non-private AUROC" not in legend and "non-private interval" not in legend
@@ -1016,3 +1021,23 @@ def test_the_text_alternative_names_filled_markers_only_where_a_dp_run_is_drawn(
     assert "Hollow markers (legend: “DP-SGD (not DP as run)”)" in alt and "filled" not in alt, alt
     both = _voided(_seeds(make_record, {"none": [0.96], "eps1": [0.80], "eps1000000": [0.90]}), 1e6)
     assert "filled markers: DP runs" in auroc_alt(both)
+
+
+@pytest.mark.parametrize("narrow", [False, True])
+def test_a_multi_seed_study_s_legend_lies_inside_the_figure_in_each_layout(make_record, narrow):
+    """On a phone, a study of two seeds with a run not DP as run had one legend column of long entries ("bars: 95%
+    t interval over seeds, faint dots: each seed"), wider than the figure: cut off at both edges, "...each see".
+    Its long entries are now wrapped to the figure's width; each is still there, in full. Measured on the drawn
+    figure, as the saved PNG shows it."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    records = _voided(_seeds(make_record, {"none": [0.96, 0.94], "eps1": [0.80, 0.86], "eps1000000": [0.90, 0.88]}),
+                      1e6)
+    fig = auroc_figure(records, narrow=narrow)
+    FigureCanvasAgg(fig).draw()
+    edge = fig.bbox
+    box = fig.legends[0].get_window_extent(fig.canvas.get_renderer())
+    assert edge.contains(box.x0 + 1e-9, box.y0 + 1e-9) and edge.contains(box.x1 - 1e-9, box.y1 - 1e-9), (box, edge)
+    texts = _legend_texts(fig)
+    assert "bars: 95% t interval over seeds, faint dots: each seed" in texts
+    assert "DP-SGD (not DP as run)" in texts

@@ -355,13 +355,29 @@ def auroc_figure(records: Iterable[RunRecord], *, confidence: float = 0.95, narr
         handles += [Line2D([], [], color="k", lw=1, label="non-private AUROC"),
                     Patch(color="k", alpha=0.08, label="non-private interval")]
     handles.append(Line2D([], [], color="grey", ls=":", lw=1.2, label="chance (AUROC 0.5)"))
-    for ncol in range(1 if narrow else min(len(handles), 3), 0, -1):     # the most columns that fit the width
-        legend = fig.legend(handles=handles, loc="outside lower center", ncol=ncol, fontsize=size - 1, frameon=False)
-        if ncol == 1 or legend.get_window_extent().width <= fig.bbox.width:
-            break
-        legend.remove()
+    _fitted_legend(fig, handles, 1 if narrow else min(len(handles), 3), size - 1)
     fit_inside(fig, axes)
     return fig
+
+
+def _fitted_legend(fig: Figure, handles: list[Line2D | Patch], columns: int, fontsize: float) -> None:
+    """The legend below the panels, in the most of ``columns`` columns that fit inside the figure's width; in one
+    column still too wide, its long entries wrapped, each at fewer characters until it fits. A phone's figure of
+    several seeds was cut off at both edges ("...faint dots: each see"): its one column held entries wider than the
+    figure. Measured, not estimated: an entry's width depends on its letters."""
+    for ncol in range(columns, 0, -1):
+        legend = fig.legend(handles=handles, loc="outside lower center", ncol=ncol, fontsize=fontsize, frameon=False)
+        if legend.get_window_extent().width < fig.bbox.width:
+            return
+        legend.remove()
+    labels = [str(h.get_label()) for h in handles]
+    for width in range(max(map(len, labels)) - 1, 0, -1):
+        wrapped = [textwrap.fill(label, width, break_long_words=False) for label in labels]
+        legend = fig.legend(handles=handles, labels=wrapped, loc="outside lower center", fontsize=fontsize,
+                            frameon=False)
+        if legend.get_window_extent().width < fig.bbox.width or width == 1:
+            return
+        legend.remove()
 
 
 def image_rows(fig: Figure, labels: list[str], n: int, *, narrow: bool) -> list[Any]:
