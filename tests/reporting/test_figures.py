@@ -1041,3 +1041,32 @@ def test_a_multi_seed_study_s_legend_lies_inside_the_figure_in_each_layout(make_
     texts = _legend_texts(fig)
     assert "bars: 95% t interval over seeds, faint dots: each seed" in texts
     assert "DP-SGD (not DP as run)" in texts
+
+
+def test_a_panel_of_local_noise_runs_none_of_them_dp_as_run_is_not_titled_local_dp(records):
+    """In a study of ``privacy_randomness: reproducible`` no run is DP as run (the seed is known), and the left
+    panel was still titled "Local DP on the images". It now says that its runs are not DP as run; beside a DP run of
+    local noise it keeps its title, and so does the DP-SGD panel, which names a mechanism, not a guarantee. On a
+    phone the longer title fits the figure."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from dpmed.randomness import NOT_DP_REPRODUCIBLE
+
+    def seeded(r):
+        return r.model_copy(update={"privacy": r.privacy.model_copy(update={"is_dp": False,
+                                                                            "randomness": NOT_DP_REPRODUCIBLE})})
+
+    every = [records[0]] + [seeded(r) for r in records[1:]]
+    titles = [ax.get_title() for ax in auroc_figure(every).axes]
+    assert titles == ["Local noise on the images (not DP as run)", "DP-SGD"]
+    phone = auroc_figure(every, narrow=True)
+    FigureCanvasAgg(phone).draw()
+    box = phone.axes[0].title.get_window_extent(phone.canvas.get_renderer())
+    assert phone.bbox.x0 <= box.x0 and box.x1 <= phone.bbox.x1, (box, phone.bbox)      # on a line of its own
+    assert " ".join(phone.axes[0].get_title().split()) == titles[0]
+    assert "Panel Local noise on the images (not DP as run):" in auroc_alt(every)
+    laplace = records[1]
+    dp_beside = [*records, laplace.model_copy(update={"run_id": "pixel-laplace_b1_seed0"})]
+    mixed = dp_beside[:1] + [seeded(dp_beside[1])] + dp_beside[2:]
+    assert [ax.get_title() for ax in auroc_figure(mixed).axes] == ["Local DP on the images", "DP-SGD"]
+    assert [ax.get_title() for ax in auroc_figure(records).axes] == ["Local DP on the images", "DP-SGD"]

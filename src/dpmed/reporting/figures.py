@@ -212,8 +212,11 @@ def plotted(r: RunRecord) -> bool:
 
 
 def _panels(records: list[RunRecord]) -> list[_Panel]:
-    """Runs whose eps holds, and reproducible-mode runs at their accounted eps (their points say "not DP")."""
-    local = _Panel(title="Local DP on the images",
+    """Runs whose eps holds, and reproducible-mode runs at their accounted eps (their points say "not DP"). A panel
+    of local noise none of whose runs is DP as run (a study of ``privacy_randomness: reproducible``) is not titled
+    local DP: it was, over its hollow markers alone."""
+    voided = all(not_dp_as_run(r) for r in records if _is_local(r))
+    local = _Panel(title="Local noise on the images (not DP as run)" if voided else "Local DP on the images",
                    xlabel=f"ε per image ({_terms([r for r in records if _is_local(r)])}; any two images), log scale",
                    member=_is_local, x=lambda r: r.privacy.epsilon_image)
     central = _Panel(title="DP-SGD", xlabel=f"ε ({_terms([r for r in records if _is_central(r)])}; add or remove "
@@ -324,7 +327,8 @@ def auroc_figure(records: Iterable[RunRecord], *, confidence: float = 0.95, narr
             ax.set_xticks([])
             ax.text(0.5, 0.3, "no run of this kind", transform=ax.transAxes, ha="center", fontsize=size - 1,
                     color="grey")
-        ax.set_title(panel.title, fontsize=size + 1)
+        # a phone's panel is about 34 characters of its title wide: a title's note goes on a line of its own
+        ax.set_title(panel.title.replace(" (", "\n(") if narrow else panel.title, fontsize=size + 1)
         # wrapped at about the panel's width in characters: a phone's label, or one naming several units' arms,
         # would outgrow it
         width = int((fig.get_figwidth() if narrow else fig.get_figwidth() / n) * 72 / (0.6 * size))
