@@ -1070,3 +1070,12 @@ def test_a_panel_of_local_noise_runs_none_of_them_dp_as_run_is_not_titled_local_
     mixed = dp_beside[:1] + [seeded(dp_beside[1])] + dp_beside[2:]
     assert [ax.get_title() for ax in auroc_figure(mixed).axes] == ["Local DP on the images", "DP-SGD"]
     assert [ax.get_title() for ax in auroc_figure(records).axes] == ["Local DP on the images", "DP-SGD"]
+
+
+@pytest.mark.parametrize("narrow", [False, True])
+def test_a_mechanism_s_dp_entry_comes_before_its_not_dp_entry_in_the_legend(make_record, narrow):
+    """The legend listed its entries in the order of the runs, so a sweep whose first eps is not DP as run (eps 1e6
+    before eps 1) put "DP-SGD (not DP as run)" above "DP-SGD". A mechanism's DP entry now comes first."""
+    records = _voided(_seeds(make_record, {"none": [0.96], "eps1000000": [0.90], "eps1": [0.80]}), 1e6)
+    labels = [t.get_text() for t in auroc_figure(records, narrow=narrow).legends[0].get_texts()]
+    assert labels[:2] == ["DP-SGD", "DP-SGD (not DP as run)"], labels

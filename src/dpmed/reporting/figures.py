@@ -232,7 +232,8 @@ def _panels(records: list[RunRecord]) -> list[_Panel]:
 _MARKERS = {"dp_sgd": ("o", "tab:blue", "DP-SGD", ""),
             "pixel_laplace": ("s", "tab:orange", "pixel Laplace", " (local DP)"),
             "pixel_gaussian": ("^", "tab:green", "pixel Gaussian", " (local DP)")}
-NOT_DP_MARKER: dict[str, Any] = {"mfc": "none", "mew": 1.5}     # hollow: a run of a privacy mechanism that is not DP as run
+# hollow: a run of a privacy mechanism that is not DP as run
+NOT_DP_MARKER: dict[str, Any] = {"mfc": "none", "mew": 1.5}
 
 
 def _legend_entry(mechanism: str, hollow: bool) -> tuple[str, str, str]:
@@ -341,9 +342,13 @@ def auroc_figure(records: Iterable[RunRecord], *, confidence: float = 0.95, narr
         for ax in axes[1:]:
             ax.set_ylabel("test AUROC", fontsize=size)
     axes[0].set_ylim(max(0.0, min(lows) - 0.02) if min(lows) < 0.4 else 0.4, 1.01)
+    # the mechanisms in the order of their first runs, each one's DP entry before its not-DP one: in the runs' order
+    # a sweep whose first eps is not DP as run listed "DP-SGD (not DP as run)" above "DP-SGD"
+    first = list(dict.fromkeys(mechanism for mechanism, _ in used))
+    entries = sorted(used.items(), key=lambda entry: (first.index(entry[0][0]), entry[0][1]))
     handles: list[Line2D | Patch] = [Line2D([], [], marker=m, color=c, ls="none", label=label,
                                             **(NOT_DP_MARKER if hollow else {}))
-                                     for (_, hollow), (m, c, label) in used.items()]
+                                     for (_, hollow), (m, c, label) in entries]
     if several_seeds and used:
         handles.append(Line2D([], [], marker="|", ms=10, color="grey", ls="none",
                               label=f"bars: {level} t interval over seeds, faint dots: each seed"))
