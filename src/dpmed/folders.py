@@ -38,12 +38,18 @@ from dpmed.errors import FolderError, error_name
 
 __all__ = ["StudyFolder", "RunFolder", "open_owner_only", "write_atomic", "write_arrays_atomic",
            "read_arrays", "write_json_atomic", "write_text_atomic", "write_torch_atomic", "temporary_beside",
-           "file_in_the_way", "link_to_nothing", "refuse_link", "file_sha256", "RELEASE_TIME", "RETRAIN_NOTE"]
+           "file_in_the_way", "link_to_nothing", "refuse_link", "file_sha256", "RELEASE_TIME", "RETRAIN_NOTE",
+           "CAM_KEYS", "EXAMPLE_KEYS"]
 
 # Told wherever dpmed advises deleting runs or using another --out: the new folder draws its own DP count of the
 # training set and its runs are new releases of the same patients, which no folder composes with the old ones.
 RETRAIN_NOTE = ("(retrained DP-SGD runs, here or in another folder, are new releases of the same patients: if earlier "
                 "runs' files were shared, their eps add up with the new ones', and no study folder accounts for both)")
+
+# The arrays a run's cams.npz and ldp_examples.npz hold for the report's figures: a file without them cannot be drawn,
+# and the next `dpmed run` writes it again (`dpmed.resumption.unreadable_outputs`).
+CAM_KEYS = ("positions", "images", "cams")
+EXAMPLE_KEYS = ("original", "perturbed")
 
 # The modification time of every releasable file and folder (1980-01-01 UTC, the earliest a zip archive records;
 # reproducible builds fix their files' times for the same reason). A file's real time would tell how long the DP-SGD
@@ -307,6 +313,32 @@ class RunFolder:
     @property
     def is_finished(self) -> bool:
         return self.record.is_file()
+
+    def model_problem(self) -> str | None:
+        """Why the run's model.pt cannot be evaluated again ("its model.pt is missing", "... cannot be read (...)"),
+        or None where its archive reads whole. torch.save writes a zip archive whose entries carry CRC-32s, so a file
+        cut short or with bytes overwritten is told here without torch (`dpmed status` and `dpmed report` import
+        none); `dpmed run` loads it into the run's model before it counts on it (`dpmed.run.released_model`)."""
+        try:
+            with zipfile.ZipFile(self.model) as archive:
+                bad = archive.testzip()
+        except FileNotFoundError:
+            return f"its {self.model.name} is missing"
+        except (OSError, ValueError, EOFError, RuntimeError, NotImplementedError, zipfile.BadZipFile,
+                zlib.error) as exc:
+            return f"its {self.model.name} cannot be read ({error_name(exc)}: {exc})"
+        return None if bad is None else f"its {self.model.name} cannot be read (entry {bad} is damaged)"
+
+    def recovery(self, problem: str) -> str:
+        """What to do about ``problem`` with one of the run's evaluation files (its predictions, CAMs or examples):
+        the next `dpmed run` evaluates the run again from its model, spending no privacy, where that model reads;
+        where it does not either, nothing recovers the run but retraining it."""
+        model = self.model_problem()
+        if model is None:
+            return (f"{problem}: the next `dpmed run` of the study evaluates it again from its model (not retrained: "
+                    "no privacy spent)")
+        return (f"{problem}, and {model}, so it cannot be evaluated again: delete {self.public} and run the study "
+                f"again to retrain it {RETRAIN_NOTE}")
 
     def unreleased(self, path: Path) -> Path:
         """Where the run writes the releasable file ``path`` (its model, predictions, CAMs, examples) until it

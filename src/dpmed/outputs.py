@@ -15,7 +15,7 @@ from dpmed.audit import AuditRecord, read_audit
 from dpmed.comparisons import Comparisons, compare_runs
 from dpmed.errors import ConfigError
 from dpmed.evaluation.predictions import load_predictions
-from dpmed.folders import RETRAIN_NOTE, StudyFolder, write_json_atomic
+from dpmed.folders import StudyFolder, write_json_atomic
 from dpmed.records import ResolvedStudy, RunRecord, read_record, read_timing
 from dpmed.reporting import PrivateRun, write_private_report, write_report, write_results_table
 from dpmed.resumption import evaluated_otherwise_than_saved
@@ -30,15 +30,15 @@ def _comparisons(folder: StudyFolder, resolved: ResolvedStudy, records: list[Run
     redraws of every run's own intervals)."""
     predictions, unread = {}, []
     for r in records:
-        path = folder.run(r.run_id).predictions
+        run = folder.run(r.run_id)
         try:
-            predictions[r.run_id] = load_predictions(path)
+            predictions[r.run_id] = load_predictions(run.predictions)
+            continue
         except FileNotFoundError:
-            unread.append(f"{r.run_id}: {path} is missing, so its paired comparisons are left out; delete "
-                          f"{folder.run(r.run_id).public} and run the study again to retrain it {RETRAIN_NOTE}")
+            why = f"{run.predictions} is missing"
         except ValueError as exc:       # a damaged or foreign file (`read_arrays` names it, its OSErrors too)
-            unread.append(f"{r.run_id}: {exc}, so its paired comparisons are left out; delete "
-                          f"{folder.run(r.run_id).public} and run the study again to retrain it {RETRAIN_NOTE}")
+            why = str(exc)
+        unread.append(f"{r.run_id}: {run.recovery(f'{why}, so its paired comparisons are left out')}")
     labels = resolved.label_names(records)
     ev = resolved.study.evaluation
     out = compare_runs(records, predictions, kind=resolved.dataset.task, label_names=labels,

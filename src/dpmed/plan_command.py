@@ -73,8 +73,9 @@ def print_plan(prepared: PreparedStudy, checkpoints: Checkpoints, rates: Rates |
               f"{folder.released_sizes}; the exact sizes above are for you only: no shareable file holds them")
     finished = (f"{len(prepared.finished)} of {len(prepared.plans)} runs finished earlier, not retrained"
                 if prepared.finished else "no finished runs")
-    if prepared.reevaluate:
-        finished += (f" ({len(prepared.reevaluate)} evaluated with other settings than this study's or by "
+    otherwise = len(prepared.reevaluate) - len(prepared.damaged)
+    if otherwise:
+        finished += (f" ({otherwise} evaluated with other settings than this study's or by "
                      "another dpmed: `run` evaluates them again from their models, spending no privacy)")
     print(f"output: {folder.root}: {finished}")
     holder = folder_holder(folder.root)
@@ -100,6 +101,8 @@ def print_plan(prepared: PreparedStudy, checkpoints: Checkpoints, rates: Rates |
     print(_table(rows))
     for run_id, state, detail, _ in told:
         print(f"{run_id}: {state}: {detail}")
+    for run_id, why in prepared.damaged.items():
+        print(f"{run_id}: finished: {why}: `run` evaluates it again from its model, not retrained: no privacy spent")
     print(f"\nT: optimiser steps (DP-SGD: Poisson-sampled at rate q; other runs: shuffled batches of "
           f"{study.training.batch_size} unless the arm says otherwise)")
     if sampler_paid:

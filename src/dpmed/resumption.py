@@ -27,13 +27,14 @@ from dpmed.data import Dataset
 from dpmed.data.version import decoded_since
 from dpmed.errors import ConfigError
 from dpmed.evaluation.version import EVALUATION_VERSION
-from dpmed.folders import RETRAIN_NOTE, StudyFolder
+from dpmed.evaluation.predictions import load_predictions
+from dpmed.folders import CAM_KEYS, EXAMPLE_KEYS, RETRAIN_NOTE, RunFolder, StudyFolder, read_arrays
 from dpmed.mechanisms import claims_beyond
 from dpmed.randomness import NOT_DP_REPRODUCIBLE
 from dpmed.records import DatasetSummary, ResolvedStudy, RunRecord, read_record
 
 __all__ = ["finished_runs", "data_fingerprints", "attributes_fingerprint", "randomness_of", "setting_differences",
-           "evaluated_otherwise"]
+           "evaluated_otherwise", "unreadable_outputs"]
 
 
 def setting_differences(before: dict[str, Any], now: dict[str, Any]) -> list[str]:
@@ -162,6 +163,29 @@ def evaluated_otherwise_than_saved(record: RunRecord, resolved: ResolvedStudy) -
     percentile in the finished run, bca in study.yaml"): what `dpmed report` and `dpmed status` read from a folder."""
     return [line.removesuffix(" now") + " in study.yaml"
             for line in evaluated_otherwise(record, resolved.study, resolved.dataset.n_test)]
+
+
+def unreadable_outputs(folder: RunFolder) -> str:
+    """Which of a finished run's evaluation files cannot be read ("its predictions.npz cannot be read", "its
+    predictions.npz is missing and its cams.npz cannot be read"), or "" where all read: cut short, bytes overwritten
+    or another program's. They are functions of the released model and the test images, so `dpmed run` writes them
+    again from its model (`dpmed.run.reevaluate`) rather than retraining it, which would spend privacy again. A CAM
+    or examples file that is absent is no damage (the run's settings asked for none); predictions every run has."""
+    problems = []
+    try:
+        load_predictions(folder.predictions)
+    except FileNotFoundError:
+        problems.append(f"its {folder.predictions.name} is missing")
+    except ValueError:
+        problems.append(f"its {folder.predictions.name} cannot be read")
+    for path, keys in ((folder.cams, CAM_KEYS), (folder.examples, EXAMPLE_KEYS)):
+        try:
+            read_arrays(path, keys)
+        except FileNotFoundError:
+            continue
+        except ValueError:
+            problems.append(f"its {path.name} cannot be read")
+    return " and ".join(problems)
 
 
 def _other_class_names(record: RunRecord, label_names: tuple[str, ...] | list[str]) -> list[str]:

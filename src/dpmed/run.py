@@ -39,8 +39,8 @@ from dpmed.evaluation.inference import predict_logits
 from dpmed.evaluation.predictions import save_predictions
 from dpmed.evaluation.proportions import clopper_pearson
 from dpmed.evaluation.version import EVALUATION_VERSION
-from dpmed.folders import (RETRAIN_NOTE, RunFolder, write_arrays_atomic, write_atomic, write_json_atomic,
-                           write_torch_atomic)
+from dpmed.folders import (EXAMPLE_KEYS, RETRAIN_NOTE, RunFolder, read_arrays, write_arrays_atomic, write_atomic,
+                           write_json_atomic, write_torch_atomic)
 from dpmed.mechanisms import DpSgdPlan, PrivacyCard, mechanism_info
 from dpmed.models import MODELS, build_model
 from dpmed.models.weights import load_weights, read_state_dict, set_trainable
@@ -50,7 +50,7 @@ from dpmed.randomness import PrivacyRandomness, RandomnessMode, SavedKey, public
 from dpmed.records import AttackRecord, AuditSummary, DataSummary, RunRecord, StartRecord, Timing
 from dpmed.training import resolve_device, run_threads, torch_threads, train
 
-__all__ = ["RunContext", "run_one", "start_model", "continues"]
+__all__ = ["RunContext", "run_one", "start_model", "continues", "released_model"]
 
 N_EXAMPLES = 4
 
@@ -218,11 +218,17 @@ def _training_set(plan: RunPlan, dataset: Dataset, randomness: PrivacyRandomness
         train_set = train_set.with_images(transform.apply(train_set.images, rng=randomness.stream("local_dp")))
         event = transform.event(train_set.image_shape)
         events = () if event is None else (event,)
-        write_arrays_atomic(folder.unreleased(folder.examples), {      # the report's figure
-            "original": dataset.test.images[:N_EXAMPLES],
-            "perturbed": transform.apply(dataset.test.images[:N_EXAMPLES], rng=randomness.stream("examples"))},
-            owner_only=True)
+        write_arrays_atomic(folder.unreleased(folder.examples), _examples(transform, dataset, randomness),
+                            owner_only=True)
     return train_set, trial, events
+
+
+def _examples(transform, dataset: Dataset, randomness: PrivacyRandomness) -> dict[str, np.ndarray]:
+    """The report's figure of an image mechanism: the first test images and their copies through ``transform``, from
+    the run's "examples" stream. Test images only, which the file shows unnoised anyway: drawn again (a finished
+    run's damaged file, `reevaluate`) it releases nothing of the training set."""
+    images = dataset.test.images[:N_EXAMPLES]
+    return {"original": images, "perturbed": transform.apply(images, rng=randomness.stream("examples"))}
 
 
 def _model_inputs(dataset: Dataset, *sets: ImageSet) -> tuple[ImageSet, ...]:
@@ -389,10 +395,13 @@ class Reevaluation:
     assessment: Assessment
     dataset: Dataset
     folder: RunFolder
+    examples: dict[str, np.ndarray] | None = None      # drawn again where its file could not be read
 
     def write(self) -> RunRecord:
-        """The new predictions, CAMs and run.json, in place of the old."""
+        """The new predictions, CAMs (and local-DP examples, where drawn again) and run.json, in place of the old."""
         a = self.assessment
+        if self.examples is not None:
+            write_arrays_atomic(self.folder.examples, self.examples)
         save_predictions(self.folder.predictions, val=(self.dataset.val, a.val_scores),
                          test=(self.dataset.test, a.test_scores))
         if a.cams is not None:
@@ -413,6 +422,25 @@ def read_released_model(record: RunRecord, folder: RunFolder) -> dict[str, torch
                           f"evaluated again: restore the file, or delete {folder.public} to retrain the run "
                           f"{RETRAIN_NOTE}")
     return read_state_dict(folder.model, key=f"the finished run {record.run_id}'s model")
+
+
+def released_model(record: RunRecord, folder: RunFolder, dataset: Dataset) -> torch.nn.Module:
+    """The model a finished run released, built as its record says and loaded from its model.pt, on the CPU;
+    ConfigError naming the file where it is gone, cannot be read (`read_released_model`) or holds weights of another
+    model than the record's (load_state_dict's RuntimeError, which ended a study in an internal error)."""
+    state = read_released_model(record, folder)
+    made = record.plan
+    model = build_model(made.model, in_channels=dataset.train.image_shape[0], num_outputs=dataset.task.num_outputs,
+                        image_size=dataset.train.image_shape[1], seed=made.seed)   # its initialisation is overwritten
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as exc:
+        lines = str(exc).strip().splitlines()     # "Error(s) in loading state_dict for X:", then what differs
+        first = lines[-1 if len(lines) < 2 else 1].strip()[:300]
+        raise ConfigError(f"the finished run {record.run_id}'s model {folder.model} holds other weights than the "
+                          f"{made.model} its run.json records ({first}); restore the file, or delete "
+                          f"{folder.public} to retrain the run {RETRAIN_NOTE}") from None
+    return model
 
 
 def _attack_at(record: AttackRecord | None, confidence: float) -> AttackRecord | None:
@@ -464,12 +492,9 @@ def reevaluate(record: RunRecord, plan: RunPlan, context: RunContext, folder: Ru
     record says it trained with (`EXECUTION_ONLY`: they change no result, so a study may change them and keep its
     finished runs). A run trained on a GPU is then evaluated again on a machine without one, as the study asks."""
     ds, made = context.dataset, record.plan
-    state = read_released_model(record, folder)
     device = resolve_device(context.device if plan.training.device == "auto" else plan.training.device)
     with torch_threads(run_threads(plan.training.threads)):
-        model = build_model(made.model, in_channels=ds.train.image_shape[0], num_outputs=ds.task.num_outputs,
-                            image_size=ds.train.image_shape[1], seed=made.seed)   # its initialisation is overwritten
-        model.load_state_dict(state)
+        model = released_model(record, folder, ds)
         val_input, test_input = _model_inputs(ds, ds.val, ds.test)
         with _evaluation_warnings_logged(made.run_id):
             assessment = assess(model.to(device), ds, (val_input, test_input), context.evaluation,
@@ -478,4 +503,22 @@ def reevaluate(record: RunRecord, plan: RunPlan, context: RunContext, folder: Ru
                                       "explanations": assessment.explanations,
                                       "evaluation_version": EVALUATION_VERSION,
                                       "attack": _attack_at(record.attack, context.evaluation.confidence)}).shareable()
-    return Reevaluation(record=again, assessment=assessment, dataset=ds, folder=folder)
+    return Reevaluation(record=again, assessment=assessment, dataset=ds, folder=folder,
+                        examples=_examples_again(record, context, folder))
+
+
+def _examples_again(record: RunRecord, context: RunContext, folder: RunFolder) -> dict[str, np.ndarray] | None:
+    """A finished run's local-DP examples drawn again where its ldp_examples.npz is there but cannot be read: from
+    the same stream in a reproducible study (the same images), from a fresh key in a secure one (its key went when the
+    run finished). None where the file reads, is absent, or the run has no image mechanism."""
+    transform = mechanism_info(record.plan.mechanism).image_mechanism(record.plan.privacy)
+    if transform is None or not folder.examples.is_file():
+        return None
+    try:
+        read_arrays(folder.examples, EXAMPLE_KEYS)
+        return None
+    except ValueError:
+        pass
+    randomness = (PrivacyRandomness.reproducible(seed=record.plan.seed, run_id=record.run_id)
+                  if context.privacy_randomness == "reproducible" else PrivacyRandomness.secure())
+    return _examples(transform, context.dataset, randomness)

@@ -25,7 +25,7 @@ from dpmed.folders import RETRAIN_NOTE, RunFolder, StudyFolder, file_sha256
 from dpmed.lock import Holder, lock_holder
 from dpmed.randomness import RandomnessMode, saved_key
 from dpmed.records import ResolvedStudy, RunRecord, StartRecord, read_record
-from dpmed.resumption import evaluated_otherwise_than_saved
+from dpmed.resumption import evaluated_otherwise_than_saved, unreadable_outputs
 
 __all__ = ["read_resolved", "counts_shown", "run_states", "checkpoints_told", "folder_holder", "release_cut_short",
            "StudyFileGiven", "FileState"]
@@ -284,8 +284,10 @@ def _run_state(run_id: str, files: RunFolder, resolved: ResolvedStudy | None, st
             record = read_record(files.record)
         except ConfigError as exc:
             return run_id, "unreadable", str(exc)
+        damaged = unreadable_outputs(files)
         return run_id, "finished", "; ".join(
-            why for why in (_started_otherwise(record.start, start), _evaluated_again(record, resolved)) if why)
+            why for why in (_started_otherwise(record.start, start), _evaluated_again(record, resolved),
+                            damaged and files.recovery(damaged)) if why)
     mode = "secure" if resolved is None else resolved.study.privacy_randomness   # a label: the check reads the root
     shown = None if resolved is None else next(p for p in resolved.runs if p.run_id == run_id).fingerprint(
         resolved.study)

@@ -52,8 +52,9 @@ from dpmed.pretraining import prepare_start
 from dpmed.progress import StudyProgress
 from dpmed.records import AttackRecord, DatasetSummary, ResolvedStudy, RunRecord, StudyPrivacy, read_record, read_timing
 from dpmed.released_size import COUNT_CONFIDENCE, count_is_rough, count_margin, keep_sizes, needed_sizes, release_sizes
-from dpmed.resumption import attributes_fingerprint, data_fingerprints, finished_runs, randomness_of
-from dpmed.run import RunContext, continues, reevaluate
+from dpmed.resumption import (attributes_fingerprint, data_fingerprints, finished_runs, randomness_of,
+                              unreadable_outputs)
+from dpmed.run import RunContext, continues, reevaluate, released_model
 from dpmed.states import checkpoints_told, counts_shown, read_resolved
 from dpmed.suitability import check_classes, check_fit, check_patients
 from dpmed.timing import Rates, probe_rates
@@ -110,6 +111,7 @@ class PreparedStudy:
     attributes: str = ""          # resumption.attributes_fingerprint
     sizes: Mapping[str, int] = field(default_factory=dict)   # the DP counts DP-SGD planned from (released_size)
     reevaluate: tuple[str, ...] = ()      # finished runs evaluated otherwise: evaluated again, not retrained
+    damaged: Mapping[str, str] = field(default_factory=dict)   # of those, the runs evaluated again for their files
 
     @property
     def todo(self) -> list[RunPlan]:
@@ -372,6 +374,7 @@ def prepare_study(study: Study, *, out: Path | str = "results") -> PreparedStudy
     attributes = attributes_fingerprint(dataset)
     existing, elsewhere, stale = finished_runs(folder, plans, _dataset_summary(dataset), study, fingerprint,
                                                before, attributes)
+    damaged = _damaged_outputs(folder, existing, stale, dataset)
     with writing_into(folder.root):      # a count taken back from the runs, now that they are accepted
         keep_sizes(sizes, epsilon=study.size_epsilon, path=folder.released_sizes,
                    fingerprint=training_set, reproducible_seed=seed)
@@ -384,7 +387,34 @@ def prepare_study(study: Study, *, out: Path | str = "results") -> PreparedStudy
     _tell_rough_counts([p for p in plans if p.run_id not in existing], {arm.name for arm in study.arms if arm.epochs})
     return PreparedStudy(study=study, folder=folder, dataset=dataset, plans=plans, finished=existing,
                          elsewhere=elsewhere, privacy=privacy, load_seconds=load_seconds, fingerprint=fingerprint,
-                         attributes=attributes, sizes=sizes, reevaluate=tuple(stale))
+                         attributes=attributes, sizes=sizes, reevaluate=(*stale, *damaged),
+                         damaged=damaged)
+
+
+def _damaged_outputs(folder: StudyFolder, finished: Mapping[str, RunRecord], stale: list[str],
+                     dataset: Dataset) -> dict[str, str]:
+    """Why each finished run whose evaluation files cannot be read (`unreadable_outputs`: its predictions.npz, CAMs
+    or local-DP examples cut short or overwritten) is evaluated again from its model, by run id: they are functions
+    of the released model and the test images, so nothing trains and nothing is spent (the report advised deleting
+    the run and retraining it, a second release of its patients). Only where its model.pt loads into the model its
+    record names; where it does not, the run is left as it is and a warning says it cannot be recovered but by
+    retraining. Runs evaluated again anyway (``stale``) write their files afresh already."""
+    damaged = {}
+    for run_id, record in finished.items():
+        run = folder.run(run_id)
+        why = "" if run_id in stale else unreadable_outputs(run)
+        if not why:
+            continue
+        if run.model_problem() is not None:
+            _log.warning("%s: %s", run_id, run.recovery(why))
+            continue
+        try:
+            released_model(record, run, dataset)
+        except ConfigError as exc:
+            _log.warning("%s: %s, so it cannot be evaluated again: %s", run_id, why, exc)
+            continue
+        damaged[run_id] = why
+    return damaged
 
 
 def _refuse_shared_cache(study: Study, folder: StudyFolder) -> None:
@@ -614,7 +644,10 @@ def _run_study(study: Study, *, out: Path | str, progress: bool, executor: str, 
         evaluated = {r.record.run_id: r.write() for r in again}
         outcomes.update(evaluated)
         for run_id in sorted(prepared.finished, key=order.__getitem__):
-            if run_id in prepared.reevaluate:
+            if run_id in prepared.damaged:
+                _log.info("[%d/%d] %s: finished earlier, %s: evaluated again from its model, not retrained: no privacy "
+                          "spent", order[run_id], len(plans), run_id, prepared.damaged[run_id])
+            elif run_id in prepared.reevaluate:
                 why = evaluated_by(prepared.finished[run_id].evaluation_version)
                 _log.info("[%d/%d] %s: finished earlier, %sevaluated again under this study's evaluation settings "
                           "from its model (not retrained: no privacy spent)", order[run_id], len(plans), run_id,

@@ -288,7 +288,8 @@ def test_a_damaged_figure_file_leaves_its_run_out_of_the_figure_and_says_so(quic
     assert "Traceback" not in capsys.readouterr().err
     report = html.unescape((copy / "report.html").read_text())
     assert f"Left out of the local-DP examples: pixel-laplace_b0.5_seed0: {examples} cannot be read (" in report
-    assert 'id="ldp-examples"' in report and "Delete such a run's folder and run the study again" in report
+    assert 'id="ldp-examples"' in report
+    assert "the next `dpmed run` of the study evaluates it again from its model (not retrained" in report
 
 
 def test_report_rebuilds_from_finished_runs(quickstart, capsys):

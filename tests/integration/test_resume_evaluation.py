@@ -634,3 +634,126 @@ def test_results_csv_names_the_interval_of_a_run_recorded_before_the_setting(tin
     with (out / "tiny" / "results.csv").open(newline="") as f:
         assert {row["run_id"]: row["interval"] for row in csv.DictReader(f)} == {
             "base_seed0": "percentile", "dp_eps8_C1_seed0": "percentile"}
+
+
+def _garbled(path, *, cut: bool = True) -> None:
+    """``path`` cut short, or 8 bytes inside it overwritten."""
+    data = bytearray(path.read_bytes())
+    if cut:
+        path.write_bytes(bytes(data[:len(data) // 3]))
+    else:
+        data[len(data) // 2:len(data) // 2 + 8] = b"\xff" * 8
+        path.write_bytes(bytes(data))
+
+
+def test_a_run_whose_predictions_cannot_be_read_is_evaluated_again_not_retrained(tiny_study, tiny_study_file,
+                                                                                 tmp_path, capsys):
+    """Before, status listed the run as finished, `dpmed run` skipped it, and the report advised deleting it and
+    retraining it, a second release of its patients. Now status, plan and run say that `dpmed run` evaluates it again
+    from its model, and it does: its model and run.json as they were, its predictions readable again."""
+    import html
+    import json
+
+    from dpmed.evaluation.predictions import load_predictions
+
+    out = tmp_path / "out"
+    shutil.copytree(tiny_study, out / "tiny")
+    run = out / "tiny" / "runs" / "dp_eps8_C1_seed0"
+    model, record = (run / "model.pt").read_bytes(), json.loads((run / "run.json").read_text())
+    _garbled(run / "predictions.npz")
+    said = "its predictions.npz cannot be read"
+    state = dict((run_id, detail) for run_id, _, detail in run_states(out / "tiny"))["dp_eps8_C1_seed0"]
+    assert state.startswith(said) and "the next `dpmed run` of the study evaluates it again from its model" in state
+    assert main(["report", str(out / "tiny")]) == 0
+    report = html.unescape((out / "tiny" / "report.html").read_text())
+    assert "so its paired comparisons are left out: the next `dpmed run` of the study evaluates it again" in report
+    assert "delete" not in report[report.index("paired comparisons are left out"):][:200]
+    capsys.readouterr()
+    assert main(["plan", str(tiny_study_file), "--out", str(out), "--no-estimate"]) == 0
+    assert (f"dp_eps8_C1_seed0: finished: {said}: `run` evaluates it again from its model, not retrained: no "
+            "privacy spent") in capsys.readouterr().out
+    assert main(["run", str(tiny_study_file), "--out", str(out), "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    assert (f"dp_eps8_C1_seed0: finished earlier, {said}: evaluated again from its model, not retrained: no privacy "
+            "spent") in err
+    assert "trained in" not in err and "base_seed0: finished earlier, skipped" in err
+    assert (run / "model.pt").read_bytes() == model
+    assert json.loads((run / "run.json").read_text()) == record     # the same model, evaluated the same way
+    assert len(load_predictions(run / "predictions.npz").test.scores) == record["metrics"]["n_test"]
+    assert dict((run_id, detail) for run_id, _, detail in run_states(out / "tiny"))["dp_eps8_C1_seed0"] == ""
+
+
+def test_a_run_whose_model_cannot_be_read_either_is_left_as_it_is_and_said_to_need_retraining(
+        tiny_study, tiny_study_file, tmp_path, capsys):
+    """A model.pt cut short, damaged inside, or of another model: nothing recovers the run but retraining it, as the
+    report said before; `dpmed run` says so and leaves it (the study's other runs go on), status says so too."""
+    import json
+
+    import torch
+
+    out = tmp_path / "out"
+    shutil.copytree(tiny_study, out / "tiny")
+    run = out / "tiny" / "runs" / "dp_eps8_C1_seed0"
+    record = (run / "run.json").read_bytes()
+    _garbled(run / "predictions.npz", cut=False)
+    state = torch.load(run / "model.pt")
+    for damage in ("cut", "overwritten", "another model"):
+        if damage == "another model":
+            torch.save(dict(list(state.items())[:-1]), run / "model.pt")
+        else:
+            torch.save(state, run / "model.pt")
+            _garbled(run / "model.pt", cut=damage == "cut")
+        predictions = (run / "predictions.npz").read_bytes()
+        if damage != "another model":     # status reads no torch: it tells what the archive shows
+            detail = dict((r, d) for r, _, d in run_states(out / "tiny"))["dp_eps8_C1_seed0"]
+            assert "its predictions.npz cannot be read, and its model.pt cannot be read" in detail
+            assert f"so it cannot be evaluated again: delete {run} and run the study again to retrain it" in detail
+        capsys.readouterr()
+        assert main(["run", str(tiny_study_file), "--out", str(out), "--no-progress"]) == 0
+        err = capsys.readouterr().err
+        assert "dp_eps8_C1_seed0: its predictions.npz cannot be read" in err and "cannot be evaluated again" in err
+        assert ("holds other weights than the small_cnn its run.json records" in err) == (damage == "another model")
+        assert "dp_eps8_C1_seed0: finished earlier, skipped" in err and "Traceback" not in err
+        assert (run / "run.json").read_bytes() == record and (run / "predictions.npz").read_bytes() == predictions
+    assert json.loads(record)["run_id"] == "dp_eps8_C1_seed0"
+
+
+def test_damaged_cams_and_local_dp_examples_are_written_again_not_retrained(tiny_text, tmp_path, capsys):
+    """The CAM grid's and the local-DP figure's files of finished runs, cut short or overwritten: `dpmed run` writes
+    them again (the examples, in a reproducible study, as they were) and retrains nothing; before, the report left the
+    runs out of the figures and advised retraining them."""
+    import html
+
+    from dpmed.folders import read_arrays
+
+    study = tmp_path / "s.yaml"
+    study.write_text(tiny_text.replace("{name: dp, mechanism: dp_sgd, target_epsilon: 8}",
+                                       "{name: lap, mechanism: pixel_laplace, scale: 0.5}")
+                     .replace("evaluation: {bootstrap_resamples: 20}",
+                              "evaluation: {bootstrap_resamples: 20, explanations: {n_images: 4}}"))
+    out = tmp_path / "out"
+    command = ["run", str(study), "--out", str(out), "--no-progress"]
+    assert main(command) == 0
+    runs = out / "tiny" / "runs"
+    cams, examples = runs / "base_seed0" / "cams.npz", runs / "lap_b0.5_seed0" / "ldp_examples.npz"
+    drawn = read_arrays(examples)
+    models = {p: p.read_bytes() for p in runs.glob("*/model.pt")}
+    _garbled(cams, cut=False)
+    _garbled(examples)
+    assert main(["report", str(out / "tiny")]) == 0
+    report = html.unescape((out / "tiny" / "report.html").read_text())
+    for figure, path in (("the CAM grid", cams), ("the local-DP examples", examples)):
+        assert f"Left out of {figure}: " in report and f"{path} cannot be read (" in report
+    assert report.count("the next `dpmed run` of the study evaluates it again from its model") == 2
+    assert "Delete such a run's folder" not in report
+    capsys.readouterr()
+    assert main(command) == 0
+    err = capsys.readouterr().err
+    assert "base_seed0: finished earlier, its cams.npz cannot be read: evaluated again from its model" in err
+    assert "lap_b0.5_seed0: finished earlier, its ldp_examples.npz cannot be read: evaluated again" in err
+    assert "trained in" not in err
+    assert {p: p.read_bytes() for p in runs.glob("*/model.pt")} == models
+    assert set(read_arrays(cams)) >= {"positions", "images", "cams"}
+    again = read_arrays(examples)
+    assert all((again[k] == drawn[k]).all() for k in ("original", "perturbed"))
+    assert "Left out of" not in (out / "tiny" / "report.html").read_text()

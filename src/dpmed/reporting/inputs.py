@@ -298,11 +298,14 @@ def embed_figure(wide: bytes, narrow: bytes, path: Path, alt: str) -> str:
             f'<img src="{_uri(wide)}" alt="{escape(alt)}"></picture>')
 
 
-def read_figure_arrays(files: Iterable[tuple[str, Path]], required: tuple[str, ...],
-                       figure: str) -> tuple[list[tuple[str, dict[str, np.ndarray]]], str]:
+def read_figure_arrays(files: Iterable[tuple[str, Path]], required: tuple[str, ...], figure: str,
+                       folder: StudyFolder | None = None) -> tuple[list[tuple[str, dict[str, np.ndarray]]], str]:
     """The arrays a figure draws, per run (``files``: run id and its .npz; runs without the file skipped), and a
     note naming each file that cannot be read (`dpmed.folders.read_arrays`): a damaged file leaves its run out of
-    ``figure``, said there, instead of failing the whole report."""
+    ``figure``, said there, instead of failing the whole report. ``folder``: the study folder, where the files are
+    the runs' evaluation files, which the next `dpmed run` writes again from each model (`RunFolder.recovery`:
+    deleting the run and retraining it, as the note advised, released its patients a second time); None where only
+    retraining writes them again (the private attack's images)."""
     loaded, unread = [], []
     for run_id, path in files:
         try:
@@ -310,11 +313,12 @@ def read_figure_arrays(files: Iterable[tuple[str, Path]], required: tuple[str, .
         except FileNotFoundError:
             continue
         except ValueError as exc:
-            unread.append(f"{run_id}: {exc}")
-    note = "" if not unread else (
-        f"<p class=note>Left out of {escape(figure)}: {escape('; '.join(unread))}. Delete such a run's folder and run "
-        f"the study again to retrain it {escape(RETRAIN_NOTE)}.</p>")
-    return loaded, note
+            unread.append(f"{run_id}: {exc if folder is None else folder.run(run_id).recovery(str(exc))}")
+    if not unread:
+        return loaded, ""
+    retrain = "" if folder is not None else (f" Delete such a run's folder and run the study again to retrain it "
+                                             f"{RETRAIN_NOTE}.")
+    return loaded, f"<p class=note>Left out of {escape(figure)}: {escape('; '.join(unread))}.{escape(retrain)}</p>"
 
 
 def facts_table(rows: Iterable[tuple[str, str]], caption: str, css_class: str = "", *, numbers: bool = False) -> str:

@@ -12,6 +12,7 @@ import numpy as np
 
 from dpmed.evaluation.faithfulness import METRIC_LABELS
 from dpmed.evaluation.summaries import Explanations
+from dpmed.folders import CAM_KEYS
 from dpmed.records import RunRecord
 from dpmed.reporting.inputs import (ReportInputs, column_table, embed_figure, eps_label, escape as _e,
                                     estimate_text as _est, not_computed_text, r_and_p, read_figure_arrays, stacked)
@@ -30,7 +31,7 @@ _PERCENT = ("average_drop", "increase_in_confidence", "masked_input_score")     
 def _grid(runs: list[RunRecord], inputs: ReportInputs) -> str:
     by_id = {r.run_id: r for r in runs}
     arrays, unread = read_figure_arrays(((r.run_id, inputs.folder.run(r.run_id).cams) for r in runs),
-                                        ("positions", "images", "cams"), "the CAM grid")
+                                        CAM_KEYS, "the CAM grid", inputs.folder)
     loaded = [(by_id[run_id], a) for run_id, a in arrays]
     if not loaded:
         return unread

@@ -10,6 +10,7 @@ import yaml
 from dpmed.comparisons import SeedSummary
 from dpmed.data.sample import names_text
 from dpmed.evaluation.version import evaluated_by
+from dpmed.folders import EXAMPLE_KEYS
 from dpmed.mechanisms import PixelGaussianArm, PixelGaussianPlan
 from dpmed.numbers import shape_text
 from dpmed.records import DatasetSummary, RunRecord, Timing
@@ -363,7 +364,7 @@ def ldp_examples_section(inputs: ReportInputs) -> str:
     rows, not_dp, reproductions = [], [], False
     by_id = {r.run_id: r for r in inputs.records}
     loaded, unread = read_figure_arrays(((r.run_id, inputs.folder.run(r.run_id).examples) for r in inputs.records),
-                                        ("original", "perturbed"), "the local-DP examples")
+                                        EXAMPLE_KEYS, "the local-DP examples", inputs.folder)
     for run_id, arrays in loaded:
         r = by_id[run_id]
         rows.append((f"{r.run_id}\n{eps_label(r.privacy)}", arrays["original"], arrays["perturbed"]))
