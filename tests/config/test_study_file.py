@@ -765,7 +765,9 @@ def test_an_arm_is_named_in_a_set_key_by_its_index_or_its_name(write_study):
      "--set arms.2.delta=xyz"),
     # an audit section the first option added, by index: the file has none
     (["arms.2.audit.kind=noise", "arms.dp.audit.kind=noise"], "--set arms.dp.audit.kind=noise: arms[2].audit: the "
-                                                              "study file has no arms[2].audit section"),
+                                                              "study file has no arms[2].audit section, so the option "
+                                                              "adds one, and an arms[2].audit section also needs "
+                                                              "canaries"),
 ])
 def test_a_problem_in_an_arm_named_by_index_and_by_name_is_blamed_on_the_option_that_gave_it(
         write_study, tmp_path, capsys, sets, blamed):

@@ -307,8 +307,9 @@ def _describe_missing(section: list[str | int], keys: list[str], makers: str) ->
     needed = keys[0] if len(keys) == 1 else f"{', '.join(keys[:-1])} and {keys[-1]}"
     them = "it" if len(keys) == 1 else "them"
     again = f", or give {them} with --set too" if makers.startswith("--set ") else ""
-    return (f"{makers}: {name}: the study file has no {name} section, so the option adds one, and a {name} section "
-            f"also needs {needed}; write the section with {them} in the study file{again}")
+    article = "an" if name.startswith(tuple("aeiou")) else "a"    # an arms[2].audit section, a pretrain section
+    return (f"{makers}: {name}: the study file has no {name} section, so the option adds one, and {article} {name} "
+            f"section also needs {needed}; write the section with {them} in the study file{again}")
 
 
 def describe_problems(exc: ValidationError, raw: dict, origins: Mapping[str, str],
