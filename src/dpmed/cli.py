@@ -265,10 +265,19 @@ def _load(args: argparse.Namespace) -> Any:
 
 def _give_last(overrides: dict[str, Any], origins: dict[str, str], key: str, value: Any, option: str) -> None:
     """Set ``key`` as ``option`` (--data-path, --device) gives it: after every --set, so that a --set of its section
-    (data={...}) replaces nothing of it. A --set of the key itself then changes nothing, and was dropped without a
-    word, a mistake in it (--set training.device=gpu) unchecked: told."""
-    if key in overrides:
+    (data={...}) replaces nothing of it. The --set that gave the key last, itself or in its section's value
+    (training={device: gpu}), then changes nothing there, and was dropped without a word, a mistake in it (gpu)
+    unchecked: told."""
+    given = next((k for k in reversed(list(overrides)) if key == k or key.startswith(f"{k}.")), None)
+    if given == key:
         _log.warning("%s changes nothing: %s gives %s; leave out one of them", origins[key], option, key)
+    elif given is not None:      # a section: what it replaced, it gave, the key or not
+        inner: Any = overrides[given]
+        for part in key.removeprefix(f"{given}.").split("."):
+            inner = inner.get(part) if isinstance(inner, dict) else None
+        if inner is not None:
+            _log.warning("%s: the %s it gives changes nothing: %s gives %s; leave it out of one of them",
+                         origins[given], key, option, key)
     overrides.pop(key, None)
     overrides[key], origins[key] = value, option
 

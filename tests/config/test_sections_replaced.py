@@ -172,3 +172,29 @@ def test_a_set_of_the_key_device_or_data_path_gives_is_told_it_changes_nothing(w
               f"--set={key}=gpu", *option])
     said = [r.getMessage() for r in caplog.records if "changes nothing" in r.getMessage()]
     assert said == [f"--set {key}=gpu changes nothing: {' '.join(option)} gives {key}; leave out one of them"], said
+
+
+@pytest.mark.parametrize("option, key, section", [
+    (["--device", "cpu"], "training.device", "training={steps: 2, device: gpu}"),
+    (["--data-path", "b.npz"], "data.path", "data={source: medmnist, path: gpu}"),
+])
+def test_a_set_of_a_section_that_gives_the_key_device_or_data_path_gives_is_told_it_changes_nothing_there(
+        write_study, tmp_path, monkeypatch, caplog, option, key, section):
+    """As a --set of the key itself: training={device: gpu} --device cpu dropped the section's device without a word.
+    A section that gives no such key, or one a later --set of the key replaced there, is not told of."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "b.npz").write_bytes(b"")
+
+    def told(*sets: str) -> list[str]:
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            main(["plan", str(write_study(STUDY)), "--out", str(tmp_path / "out"), "--no-estimate",
+                  *(f"--set={text}" for text in sets), *option])
+        return [r.getMessage() for r in caplog.records if "changes nothing" in r.getMessage()]
+
+    given = " ".join(option)
+    assert told(section) == [f"--set {section}: the {key} it gives changes nothing: {given} gives {key}; leave it "
+                             "out of one of them"]
+    assert told(section.replace(", device: gpu", "").replace(", path: gpu", "")) == []
+    assert told(section, f"{key}=gpu") == [f"--set {key}=gpu changes nothing: {given} gives {key}; leave out one "
+                                           "of them"]
