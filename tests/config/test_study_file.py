@@ -768,12 +768,21 @@ def test_an_arm_is_named_in_a_set_key_by_its_index_or_its_name(write_study):
                                                               "study file has no arms[2].audit section, so the option "
                                                               "adds one, and an arms[2].audit section also needs "
                                                               "canaries"),
+    # an audit section the first option added and the second replaced, its key given again by name: the section is
+    # the second's, and so is the key it lacks
+    (["arms.2.audit.kind=noise", "arms.2={name: dp, mechanism: dp_sgd, target_epsilon: 1, audit: {kind: noise}}",
+      "arms.dp.audit.kind=noise"],
+     "--set arms.2={name: dp, mechanism: dp_sgd, target_epsilon: 1, audit: {kind: noise}}: arms[2].audit.canaries: "
+     "required key is missing"),
+    (["arms.2.audit.kind=noise", "arms.2.audit={kind: noise}"],
+     "--set arms.2.audit={kind: noise}: arms[2].audit.canaries: required key is missing"),
 ])
 def test_a_problem_in_an_arm_named_by_index_and_by_name_is_blamed_on_the_option_that_gave_it(
         write_study, tmp_path, capsys, sets, blamed):
     """An arm's key set by its index and again by its name is one key, and the --set applied last gave it: the
     earlier one was blamed (the options' origins, keyed by arm index, kept the place of the first), or, for a
-    section the options added, the study file."""
+    section the options added, the study file. A section one option added and a later one replaced is the later's:
+    the first was said to add it, lacking a key the later left out."""
     from dpmed.cli import main
 
     path = write_study(GOOD)

@@ -377,10 +377,14 @@ def load_study(path: str | Path | None = None, overrides: Mapping[str, Any] | No
     given = origins      # by each override's key: two may set one list item, by its name and by its index
     # keyed by the path as set, list items by index: a problem's location names an arm by its index. Two overrides
     # of one arm's key, by its index and by its name, are one key, given by the later and placed where it applied
-    # (`schema.given_by` takes the last that holds a key), with the sections either added
+    # (`schema.given_by` takes the last that holds a key), with the sections either added. A section an override
+    # added and a later one replaced (arms.2.audit.kind=noise, then arms.2={..., audit: {...}}) is the later's: what
+    # it lacks is blamed on that one, not said to be added by the first
     created: dict[str, list[list[str]]] = {}
     origins = {}
-    for key, (made, at) in applied.items():
+    later = list(applied.values())
+    for i, (key, (made, at)) in enumerate(applied.items()):
+        made = [section for section in made if not any(schema.holds(by, section) for _, by in later[i + 1:])]
         created[at] = created.pop(at, []) + made
         origins.pop(at, None)
         origins[at] = given[key]
