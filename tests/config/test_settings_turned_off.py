@@ -142,3 +142,24 @@ def test_a_setting_changed_in_python_on_a_loaded_study_is_told_as_the_study_s(wr
                          "without it)"), said
     assert checked.origin(key) is None
     assert check_study(loaded).origin(key) == f"--set {key}=0.2"
+
+
+def test_a_setting_of_the_file_that_a_change_in_python_turns_off_is_told(write_study, caplog):
+    """The file's reference_batch_size, read under lr_scaling linear, is turned off once lr_scaling is set to none in
+    Python: load_study had nothing to tell, and check_study told only keys changed in Python, so it was ignored
+    without a word. Told as the file's, which holds it; one the file still lets be read is not."""
+    from dpmed.config import check_study
+
+    path = write_study(f"name: s\ntraining: {{lr_scaling: linear, reference_batch_size: 128}}\n{ARMS}")
+    loaded = load_study(path)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        check_study(loaded)
+    assert _warnings(caplog) == []
+    changed = loaded.model_copy(update={"training": loaded.training.model_copy(update={"lr_scaling": "none"})})
+    with caplog.at_level(logging.WARNING):
+        check_study(changed)
+    assert _warnings(caplog) == [
+        "training.reference_batch_size changes nothing, as lr_scaling is none (set linear or sqrt to scale the "
+        "learning rate by it); remove it from the study file (runs that finished with it are the same runs without "
+        "it)"]

@@ -292,8 +292,9 @@ def check_study(study: schema.Study) -> schema.Study:
     dump gave every default, and `dpmed run` then warned of defaults no study file held as settings the data turn
     off (`Study.settings_the_data_turn_off`). A Study built in Python is told each setting another turns off
     (`Study.settings_turned_off`), as `load_study` tells a study file's: nothing else read it, and one was ignored
-    without a word; so is a loaded Study's setting changed in Python since (`Study.given_in_python`), and only
-    that one: load_study told the others."""
+    without a word; so is a loaded Study's setting changed in Python since (`Study.given_in_python`), or one that a
+    change in Python turned off (lr_scaling set to none under the file's reference_batch_size), and only those:
+    load_study told the others."""
     raw = study.model_dump(warnings=False, exclude_unset=True)
     try:
         checked = schema.Study.model_validate(raw)
@@ -307,8 +308,11 @@ def check_study(study: schema.Study) -> schema.Study:
         raise ConfigError(f"the Study passed to run_study: {exc}") from None
     # where its keys were given, which no dump holds
     checked = checked.given_with(study._origins, read=study._read)
+    # what load_study told: the settings turned off as it read them (a study it read validates again as read)
+    told = set() if study._read is None else {key for key, _ in schema.Study.model_validate(study._read)
+                                               .settings_turned_off()}
     for key, why in checked.settings_turned_off():
-        if checked.given_in_python(key):     # load_study told a study file's, and an option's, when it read them
+        if key not in told or checked.given_in_python(key):
             _log.warning("%s changes nothing, as %s; %s", key, why, checked.removal(key))
     return checked
 
