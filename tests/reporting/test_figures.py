@@ -603,6 +603,21 @@ def test_a_leader_keeps_room_for_a_later_points_label_between_it_and_that_point(
     _assert_each_label_names_its_point(fig)
 
 
+def test_two_labels_whose_leaders_cross_swap_places(make_record):
+    """eps 1660 and eps 1680 lie closer than a leader's bend, eps 1680's point below eps 1660's: placed in turn,
+    eps 1660's label went below right, and eps 1680's, placed knowing it, could only go above, its leader crossing
+    eps 1660's on the way down to its point. Swapped, each leader comes in from its own side."""
+    fig = auroc_figure(_seeds(make_record, {"none": [0.94, 0.95, 0.96], "eps1.02e13": [0.941, 0.953, 0.953],
+                                            "eps1660": [0.94, 0.93, 0.931], "eps7.04e6": [0.944, 0.935, 0.937],
+                                            "eps8.64e9": [0.945, 0.924, 0.939], "eps1680": [0.907, 0.908, 0.927],
+                                            "eps1.95e11": [0.922, 0.943, 0.933], "eps92.5": [0.908, 0.915, 0.913]}),
+                       narrow=True)
+    _assert_each_label_names_its_point(fig)
+    (ax,) = fig.axes
+    above = {t.get_text(): t.xyann[1] > 0 for t in ax.texts}
+    assert (above["dp-sgd_eps1660_C1"], above["dp-sgd_eps1680_C1"]) == (True, False)
+
+
 @pytest.mark.parametrize("narrow", [False, True])
 def test_an_axis_title_of_wide_letters_is_rewrapped_inside_the_figure(make_record, narrow):
     """The DP-SGD axis names each unit's arms, wrapped at a width estimated from an average letter; arm names of

@@ -8,9 +8,11 @@ labels stay out of the layout, so placing them does not move the axes they are p
 
 from __future__ import annotations
 
+import itertools
 import re
 import textwrap
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any, Literal
 
 import numpy as np
@@ -311,7 +313,8 @@ def _place_all(ax: Axes, texts: list[Annotation], points: float) -> list[_Label]
     points to its right, whose labels are still to come, and so does its leader where a place allows, so that a
     row of points close together (a high-budget sweep near the non-private line) has its labels stepped down away
     from it, each leader passing beside the labels before it, and no leader runs just past a later point, boxing it
-    in so that its own leader must cross."""
+    in so that its own leader must cross. Two leaders that still cross are undone afterwards, where a change allows,
+    with every label known."""
     pad = _PAD / points
     marks = _obstacles(ax, pad)
     elbow = _ELBOW / points
@@ -323,14 +326,79 @@ def _place_all(ax: Axes, texts: list[Annotation], points: float) -> list[_Label]
     across, line = elbow + pad, np.array([text.get_fontsize() for text in texts]) / points
     around = np.stack([u - across, v - across - line, u + across, v + across + line], 1)
     placed: dict[int, _Label] = {}
-    for i, k in enumerate(order):
+
+    def obstacles(k: int) -> tuple[list[Bbox], list[Bbox], list[Path]]:
+        """What the label of point ``k`` must keep off: every marker and bar but its point's, and every label placed
+        but its own (boxes); the point's own marker, seeds and bar (no leader could reach it past them); the leaders
+        of the other labels placed."""
         x, y = at[k]
         others = [(c, b) for c, b in marks if c is None or abs(c[0] - x) + abs(c[1] - y) > 0.5]   # not its own
         own = [b for c, b in others if (abs(c[0] - x) <= 0.5 if c else b.x0 <= x <= b.x1 and b.y0 <= y <= b.y1)]
-        boxes = [b for _, b in others] + [p.box.padded(pad) for p in placed.values()]
-        leaders = [p.leader for p in placed.values() if p.leader is not None]
-        later = around[order[i + 1:]]
-        placed[k] = _place(texts[k], at[k], boxes, own, leaders, later, ax.bbox, points)
+        rest = [p for j, p in placed.items() if j != k]
+        boxes = [b for _, b in others] + [p.box.padded(pad) for p in rest]
+        return boxes, own, [p.leader for p in rest if p.leader is not None]
+
+    def place(group: tuple[int, ...]) -> None:
+        """Place the labels of ``group``'s points in its order, apart from the others placed and each keeping the
+        room the labels after it in the group need."""
+        for k in group:
+            placed.pop(k, None)
+        for n, k in enumerate(group):
+            placed[k] = _place(texts[k], at[k], *obstacles(k), around[list(group[n + 1:])], ax.bbox, points)
+
+    def moved(k: int, words: str, centre: Floats) -> _Label:
+        """The label of point ``k`` in ``words`` centred at ``centre`` (display), with its leader back to the point."""
+        (w, h), (x, y) = _set(texts[k], words, 0.0, 0.0, "center").size, at[k]
+        dx, dy = centre - at[k]
+        span = np.array([[x + dx - w / 2, y + dy - h / 2, x + dx + w / 2, y + dy + h / 2]])
+        lines, bent = _leaders(at[k], span, np.array([dx]), np.array([dy]), elbow, _SHRINK / points)
+        return _Label(words, dx, dy, "left" if dx > 0 else "right", Bbox(span.reshape(2, 2)),
+                      Path(lines[0] if bent[0] else lines[0, [0, 2]]))
+
+    def swap(a: int, b: int) -> None:
+        """Put the label of point ``a`` where point ``b``'s is, and that one where ``a``'s was, each with its own
+        words and a leader back to its own point."""
+        one, other = placed[a], placed[b]
+        placed[a] = moved(a, one.words, at[b] + (other.dx, other.dy))
+        placed[b] = moved(b, other.words, at[a] + (one.dx, one.dy))
+
+    def clear(k: int) -> bool:
+        """Whether the label of point ``k`` lies inside the axes and on no box."""
+        box = placed[k].box
+        return _inside(box, ax.bbox) and not any(box.overlaps(b) for b in obstacles(k)[0])
+
+    def crossings() -> NDArray[np.intp]:
+        """How many leaders, and how many boxes (markers, bars and labels but its point's), each label's leader
+        crosses, summed over the axes."""
+        found = np.zeros(2, np.intp)
+        for k, label in placed.items():
+            if label.leader is not None:
+                boxes, own, leaders = obstacles(k)
+                past = [b for b in boxes if all(b is not o for o in own)]
+                found += (sum(label.leader.intersects_path(line, filled=False) for line in leaders),
+                          sum(label.leader.intersects_bbox(b, filled=False) for b in past))
+        return found
+
+    place(tuple(order))
+    # Placed in turn, a label knows only the labels before it: its leader may take the way a later point's label
+    # needed, and that label's leader then crosses it (points closer than a leader's bend, one above the other, the
+    # upper one's label below and the lower one's above). Two labels whose leaders cross swap places, else are
+    # placed again knowing every other label, one or both in either order: the first change that leaves each label
+    # clear and the leaders crossing fewer leaders and no more boxes is kept.
+    before = None               # counted once a pair crosses: in most figures none does, and counting takes time
+    for a, b in itertools.combinations(order, 2):
+        one, other = placed[a], placed[b]
+        if one.leader is None or other.leader is None or not one.leader.intersects_path(other.leader, filled=False):
+            continue
+        before = crossings() if before is None else before
+        for change in (partial(swap, a, b), partial(place, (a,)), partial(place, (b,)), partial(place, (a, b)),
+                       partial(place, (b, a))):
+            change()
+            after = crossings()
+            if clear(a) and clear(b) and after[0] < before[0] and after[1] <= before[1]:
+                before = after
+                break
+            placed[a], placed[b] = one, other
     return [placed[k] for k in range(len(texts))]
 
 
