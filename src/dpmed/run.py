@@ -398,10 +398,14 @@ class Reevaluation:
     examples: dict[str, np.ndarray] | None = None      # drawn again where its file could not be read
 
     def write(self) -> RunRecord:
-        """The new predictions, CAMs (and local-DP examples, where drawn again) and run.json, in place of the old."""
+        """The new predictions, CAMs (and local-DP examples, where drawn again) and run.json, in place of the old. A
+        run without an image mechanism has no examples: a file of that name in its folder is removed, as CAMs its
+        settings ask for no more are (unreadable, it had the run evaluated again at every `dpmed run`)."""
         a = self.assessment
         if self.examples is not None:
             write_arrays_atomic(self.folder.examples, self.examples)
+        elif _image_mechanism(self.record) is None:
+            self.folder.examples.unlink(missing_ok=True)
         save_predictions(self.folder.predictions, val=(self.dataset.val, a.val_scores),
                          test=(self.dataset.test, a.test_scores))
         if a.cams is not None:
@@ -511,7 +515,7 @@ def _examples_again(record: RunRecord, context: RunContext, folder: RunFolder) -
     """A finished run's local-DP examples drawn again where its ldp_examples.npz is there but cannot be read: from
     the same stream in a reproducible study (the same images), from a fresh key in a secure one (its key went when the
     run finished). None where the file reads, is absent, or the run has no image mechanism."""
-    transform = mechanism_info(record.plan.mechanism).image_mechanism(record.plan.privacy)
+    transform = _image_mechanism(record)
     if transform is None or not folder.examples.is_file():
         return None
     try:
@@ -522,3 +526,8 @@ def _examples_again(record: RunRecord, context: RunContext, folder: RunFolder) -
     randomness = (PrivacyRandomness.reproducible(seed=record.plan.seed, run_id=record.run_id)
                   if context.privacy_randomness == "reproducible" else PrivacyRandomness.secure())
     return _examples(transform, context.dataset, randomness)
+
+
+def _image_mechanism(record: RunRecord):
+    """The image mechanism a finished run applied to its training images (and to its examples), or None."""
+    return mechanism_info(record.plan.mechanism).image_mechanism(record.plan.privacy)

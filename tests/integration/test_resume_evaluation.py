@@ -757,3 +757,22 @@ def test_damaged_cams_and_local_dp_examples_are_written_again_not_retrained(tiny
     again = read_arrays(examples)
     assert all((again[k] == drawn[k]).all() for k in ("original", "perturbed"))
     assert "Left out of" not in (out / "tiny" / "report.html").read_text()
+
+
+def test_a_damaged_examples_file_of_a_run_without_an_image_mechanism_is_removed_not_evaluated_again_forever(
+        tiny_study, tiny_study_file, tmp_path, capsys):
+    """A run without an image mechanism draws no local-DP examples: an unreadable ldp_examples.npz in its folder (a
+    copy gone wrong) had it evaluated again at every `dpmed run`, each saying the file was written again, and
+    status and the report went on saying the next run would."""
+    out = tmp_path / "out"
+    shutil.copytree(tiny_study, out / "tiny")
+    examples = out / "tiny" / "runs" / "base_seed0" / "ldp_examples.npz"
+    examples.write_bytes(b"not an archive")
+    command = ["run", str(tiny_study_file), "--out", str(out), "--no-progress"]
+    assert main(command) == 0
+    err = capsys.readouterr().err
+    assert "base_seed0: finished earlier, its ldp_examples.npz cannot be read: evaluated again" in err
+    assert not examples.exists()
+    assert dict((run_id, detail) for run_id, _, detail in run_states(out / "tiny"))["base_seed0"] == ""
+    assert main(command) == 0
+    assert "base_seed0: finished earlier, skipped" in capsys.readouterr().err
