@@ -332,13 +332,15 @@ class RunFolder:
     def recovery(self, problem: str) -> str:
         """What to do about ``problem`` with one of the run's evaluation files (its predictions, CAMs or examples):
         the next `dpmed run` evaluates the run again from its model, spending no privacy, where that model reads;
-        where it does not either, nothing recovers the run but retraining it."""
+        where it does not either, a copy of the released model.pt (shared, backed up) recovers it the same way, and
+        only without one is retraining, a second release of its patients, left."""
         model = self.model_problem()
         if model is None:
             return (f"{problem}: the next `dpmed run` of the study evaluates it again from its model (not retrained: "
                     "no privacy spent)")
-        return (f"{problem}, and {model}, so it cannot be evaluated again: delete {self.public} and run the study "
-                f"again to retrain it {RETRAIN_NOTE}")
+        return (f"{problem}, and {model}, so it cannot be evaluated again: restore {self.model} from a copy of it (the "
+                "next `dpmed run` then evaluates the run again, spending no privacy), or delete "
+                f"{self.public} and run the study again to retrain it {RETRAIN_NOTE}")
 
     def unreleased(self, path: Path) -> Path:
         """Where the run writes the releasable file ``path`` (its model, predictions, CAMs, examples) until it

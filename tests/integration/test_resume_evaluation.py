@@ -685,8 +685,8 @@ def test_a_run_whose_predictions_cannot_be_read_is_evaluated_again_not_retrained
 
 def test_a_run_whose_model_cannot_be_read_either_is_left_as_it_is_and_said_to_need_retraining(
         tiny_study, tiny_study_file, tmp_path, capsys):
-    """A model.pt cut short, damaged inside, or of another model: nothing recovers the run but retraining it, as the
-    report said before; `dpmed run` says so and leaves it (the study's other runs go on), status says so too."""
+    """A model.pt cut short, damaged inside, or of another model: nothing but a copy of the model or retraining
+    recovers the run; `dpmed run` says so and leaves it (the study's other runs go on), status says so too."""
     import json
 
     import torch
@@ -707,7 +707,7 @@ def test_a_run_whose_model_cannot_be_read_either_is_left_as_it_is_and_said_to_ne
         if damage != "another model":     # status reads no torch: it tells what the archive shows
             detail = dict((r, d) for r, _, d in run_states(out / "tiny"))["dp_eps8_C1_seed0"]
             assert "its predictions.npz cannot be read, and its model.pt cannot be read" in detail
-            assert f"so it cannot be evaluated again: delete {run} and run the study again to retrain it" in detail
+            assert f"or delete {run} and run the study again to retrain it" in detail
         capsys.readouterr()
         assert main(["run", str(tiny_study_file), "--out", str(out), "--no-progress"]) == 0
         err = capsys.readouterr().err
@@ -776,3 +776,26 @@ def test_a_damaged_examples_file_of_a_run_without_an_image_mechanism_is_removed_
     assert dict((run_id, detail) for run_id, _, detail in run_states(out / "tiny"))["base_seed0"] == ""
     assert main(command) == 0
     assert "base_seed0: finished earlier, skipped" in capsys.readouterr().err
+
+
+def test_a_run_whose_model_cannot_be_read_either_is_told_to_restore_the_model_before_retraining(
+        tiny_study, tiny_study_file, tmp_path, capsys):
+    """model.pt is a released file: a copy of it (shared, backed up) recovers the run without training, and the next
+    `dpmed run` evaluates it again. Before, status, run and the report told retraining as the only way, a second
+    release of the patients whose eps adds to the first."""
+    out = tmp_path / "out"
+    shutil.copytree(tiny_study, out / "tiny")
+    run = out / "tiny" / "runs" / "dp_eps8_C1_seed0"
+    kept = (run / "model.pt").read_bytes()
+    _garbled(run / "predictions.npz")
+    (run / "model.pt").write_bytes(b"")
+    restore = f"restore {run / 'model.pt'} from a copy of it (the next `dpmed run` then evaluates the run again"
+    detail = dict((r, d) for r, _, d in run_states(out / "tiny"))["dp_eps8_C1_seed0"]
+    assert restore in detail and detail.index(restore) < detail.index(f"or delete {run}")
+    capsys.readouterr()
+    assert main(["run", str(tiny_study_file), "--out", str(out), "--no-progress"]) == 0
+    assert restore in capsys.readouterr().err
+    (run / "model.pt").write_bytes(kept)
+    assert main(["run", str(tiny_study_file), "--out", str(out), "--no-progress"]) == 0
+    assert "dp_eps8_C1_seed0: finished earlier, its predictions.npz cannot be read: evaluated again" in (
+        capsys.readouterr().err)
