@@ -279,20 +279,66 @@ def test_workers_train_as_many_runs_at_once_as_there_are_runs_and_cores_for(make
     assert concurrent_runs(plans, workers) == at_once
 
 
-@pytest.mark.parametrize("per_step, steps", [(1e-5, 40), (0.1, 16), (10.0, 4)])
-def test_the_probe_times_as_many_steps_as_fit_its_aim_in_whole_passes(make_record, monkeypatch, per_step, steps):
-    """Two warm-up steps give a rate; the probe then times 1.5 s of steps, at least 3 and at most 40, even (whole
-    passes over its two batches), and divides by the steps it timed."""
+def _probe_at(make_record, monkeypatch, per_step: float) -> tuple[float, int, list[int]]:
+    """(rate, steps timed, the steps of each call) of the probe of a plain kind whose steps take ``per_step``
+    seconds on the fake clock: each call of `_time_steps` takes ``per_step`` a step."""
     from dpmed import timing
     from dpmed.data import make_phantom
 
+    calls = []
+
     def fake(data, dataset, kind, plan, n, device, trainable):
+        calls.append(n)
         return per_step * n, 0.0
     monkeypatch.setattr(timing, "_time_steps", fake)
     plan = make_record("np_seed0", "np").plan
     rate, timed, _ = timing._probe_kind(make_phantom(n_images=40, image_size=16), step_kind(plan, N_TRAIN, "cpu"), plan,
                                         "all")
-    assert (rate, timed) == (pytest.approx(per_step), steps)
+    return rate, timed, calls
+
+
+@pytest.mark.parametrize("per_step, steps", [(1e-5, 40), (0.1, 16), (1.0, 4), (1.4, 4), (1.5, 2), (40.0, 2)])
+def test_the_probe_times_as_many_steps_as_fit_its_aim_in_whole_passes(make_record, monkeypatch, per_step, steps):
+    """Two warm-up steps give a rate; the probe then times 1.5 s of steps, at least 3 and at most 40, even (whole
+    passes over its two batches), and divides by the steps it timed. A step that alone takes the whole aim or more
+    is timed over one pass, and the warm-up's two steps count too: ResNet-18 at 224 px on a CPU timed 4 more steps
+    of 4-40 s each, minutes a kind."""
+    rate, timed, calls = _probe_at(make_record, monkeypatch, per_step)
+    assert calls == [2, steps]
+    assert (rate, timed) == (pytest.approx(per_step), steps if per_step < 1.5 else 2 + steps)
+
+
+def test_a_slow_kind_s_rate_is_that_of_its_warm_up_and_its_pass_together(make_record, monkeypatch):
+    """The warm-up's 2 steps took 10 s each and the pass's 2 took 8 s each: 36 s over 4 steps. A fast kind's warm-up
+    is left out (its first step's one-off part weighs on steps of milliseconds)."""
+    from dpmed import timing
+    from dpmed.data import make_phantom
+
+    per_step = [10.0, 8.0]            # the warm-up's, then the pass's
+
+    def fake(data, dataset, kind, plan, n, device, trainable):
+        return per_step.pop(0) * n, 0.0
+    monkeypatch.setattr(timing, "_time_steps", fake)
+    plan = make_record("np_seed0", "np").plan
+    rate, timed, _ = timing._probe_kind(make_phantom(n_images=40, image_size=16), step_kind(plan, N_TRAIN, "cpu"), plan,
+                                        "all")
+    assert (rate, timed) == (pytest.approx(36.0 / 4), 4)
+
+
+@pytest.mark.parametrize("per_step, told", [
+    (40.0, "about 40 s a step: timing 2 more steps, about 1:20; --no-estimate skips this"),
+    (11.0, "about 11 s a step: timing 2 more steps, about 0:22; --no-estimate skips this"),
+    (9.0, None), (1.4, None), (0.1, None)])
+def test_the_probe_tells_how_long_a_kind_s_timed_steps_will_take_where_that_is_long(make_record, monkeypatch, caplog,
+                                                                                      per_step, told):
+    """At 224 px on a CPU the log said only "timing plain steps of 128 images" and then nothing for minutes. After
+    the warm-up, a timed part of more than 20 s is announced with its length; a short one says nothing more."""
+    import logging
+
+    with caplog.at_level(logging.INFO, logger="dpmed.timing"):
+        _probe_at(make_record, monkeypatch, per_step)
+    said = [r.getMessage() for r in caplog.records if "a step: timing" in r.getMessage()]
+    assert said == ([told] if told else [])
 
 
 @pytest.mark.parametrize("mechanism", ["np", "dp"])

@@ -45,6 +45,7 @@ __all__ = ["StepKind", "step_kind", "run_steps", "Rates", "probe_rates", "concur
 
 _PROBE_SECONDS = 1.5      # aim of the timed part of each step kind's probe
 _MIN_STEPS, _MAX_STEPS = 3, 40
+_TELL_SECONDS = 20.0      # a timed part longer than this is announced with its expected length
 # images explained in the evaluation probe, scaled to the study's n_images: each explanation also pays a part that
 # does not grow with its images (a copy of the model, the CAM hooks, the bootstrap of its metrics), which two
 # images left to be multiplied by n_images / 2 (benchmarks/RESULTS.md, "At scale", on the plan's evaluation probe)
@@ -210,17 +211,29 @@ def _time_steps(data: ImageSet, dataset: Dataset, kind: StepKind, plan: RunPlan,
 def _probe_kind(dataset: Dataset, kind: StepKind, plan: RunPlan,
                 trainable: str | int) -> tuple[float, int, float]:
     """(seconds per step, steps timed, seconds of fixed features per image) of ``kind``: a warm-up of two steps,
-    then as many as fit the probe's aim. The features are left out of the steps' seconds: a run computes them once,
-    for its training images, and the probe's few steps each carried a share of them, which a run's hundreds of steps
-    multiplied (benchmarks/RESULTS.md, "The plan's training probe")."""
+    then as many as fit the probe's aim, in whole passes over its two batches. Where a warm step already takes the
+    whole aim or more (ResNet-18 at 224 px on a CPU: 4-40 s a step) one pass is timed, and the rate is that of the
+    warm-up's and the pass's 4 steps together: a run's first step pays a one-off part of a few tenths of a second,
+    little beside such steps (benchmarks/RESULTS.md, "The plan's training probe"). The user is told how long the
+    timed part will take where that is long. The features are left out of the steps' seconds: a
+    run computes them once, for its training images, and the probe's few steps each carried a share of them, which a
+    run's hundreds of steps multiplied."""
     rng = np.random.default_rng(0)
     data = _random_images(dataset, 2 * kind.batch, rng)
     device = torch.device(kind.device)
     with torch_threads(kind.threads):
         warm = _time_steps(data, dataset, kind, plan, 2, device, trainable)[0] / 2
-        steps = int(min(_MAX_STEPS, max(_MIN_STEPS, _PROBE_SECONDS / max(warm, 1e-4))))
-        steps += steps % 2     # whole passes over the two batches
+        if warm >= _PROBE_SECONDS:
+            steps = 2
+        else:
+            steps = int(min(_MAX_STEPS, max(_MIN_STEPS, _PROBE_SECONDS / max(warm, 1e-4))))
+            steps += steps % 2     # whole passes over the two batches
+        if steps * warm > _TELL_SECONDS:
+            _log.info("about %s a step: timing %d more steps, about %s; --no-estimate skips this",
+                      f"{warm:.0f} s" if warm >= 10 else f"{warm:.1f} s", steps, clock(steps * warm))
         seconds, features = _time_steps(data, dataset, kind, plan, steps, device, trainable)
+    if warm >= _PROBE_SECONDS:       # the warm-up's one-off part is a few tenths of a second of seconds-long steps
+        seconds, steps = seconds + 2 * warm, steps + 2
     return seconds / steps, steps, features / len(data)
 
 
