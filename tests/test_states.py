@@ -7,6 +7,7 @@ import os
 import time
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 import yaml
@@ -15,7 +16,7 @@ from dpmed.accounting import Ledger, dp_sgd_event
 from dpmed.config import ATTEMPT_FORMAT, Study
 from dpmed.config.data_section import NormalizeConfig
 from dpmed.errors import ConfigError
-from dpmed.folders import StudyFolder, file_sha256
+from dpmed.folders import StudyFolder, file_sha256, write_arrays_atomic
 from dpmed.randomness import PrivacyRandomness
 from dpmed.records import PretrainRecord, StartRecord
 import dpmed.states
@@ -52,6 +53,14 @@ def study_folder(tmp_path, make_record, make_resolved):
         return folder, records
 
     return make
+
+
+def _finish(files, record) -> None:
+    """Leave ``record``'s run finished in ``files`` as `dpmed run` does: its run.json and the predictions every
+    finished run keeps (status tells one without them as a run its next `dpmed run` evaluates again)."""
+    record.write(files.record)
+    write_arrays_atomic(files.predictions, {"test_scores": np.array([0.2, 0.8]), "test_labels": np.array([0, 1]),
+                                           "test_patient_ids": np.array(["p0", "p1"])})
 
 
 # What status says of a checkpoint it cannot tell from one `dpmed run` continues: its key file keeps no fingerprint of
@@ -100,7 +109,7 @@ def test_each_run_is_told_finished_unreadable_failed_interrupted_or_pending_in_t
     folder, records = study_folder(*ids)
     finished, unreadable, failed, interrupted, pending = (folder.run(run_id) for run_id in ids)
     finished.make()
-    records["e_seed0"].write(finished.record)
+    _finish(finished, records["e_seed0"])
     finished.error.write_text('{"error": "an earlier attempt failed"}')       # a finished run is finished
     unreadable.make()
     unreadable.record.write_text("{cut short")
@@ -109,7 +118,7 @@ def test_each_run_is_told_finished_unreadable_failed_interrupted_or_pending_in_t
     _checkpoint(interrupted.checkpoint, 7, 40, minutes_old=5.2)
     dropped = folder.run("z_seed9")
     dropped.make()
-    records["e_seed0"].model_copy(update={"run_id": "z_seed9"}).write(dropped.record)
+    _finish(dropped, records["e_seed0"].model_copy(update={"run_id": "z_seed9"}))
     states = run_states(folder.root)
     assert [(run_id, state) for run_id, state, _ in states] == [
         ("e_seed0", "finished"), ("d_seed1", "unreadable"), ("c_seed2", "failed"), ("b_seed3", "interrupted"),
@@ -164,7 +173,7 @@ def test_an_unreadable_study_yaml_comes_first_then_the_runs_the_folder_holds_fil
     folder, in name order, each in its own state."""
     folder, records = study_folder("b_seed0", "a_seed1")
     folder.run("b_seed0").make()
-    records["b_seed0"].write(folder.run("b_seed0").record)
+    _finish(folder.run("b_seed0"), records["b_seed0"])
     failed = folder.run("a_seed1")
     failed.make_private()
     failed.error.write_text('{"error": "OSError: disk full"}')
@@ -224,7 +233,7 @@ def test_a_private_folder_that_cannot_be_read_leaves_a_finished_run_finished_and
 
     folder, records = study_folder("a_seed0", "b_seed1")
     folder.run("a_seed0").make()
-    records["a_seed0"].write(folder.run("a_seed0").record)
+    _finish(folder.run("a_seed0"), records["a_seed0"])
     folder.run("b_seed1").make_private()
     stat = pathlib.Path.stat
 
@@ -272,7 +281,7 @@ def test_a_run_whose_release_was_cut_short_is_told_as_such_listed_or_not_and_lef
                                "them with its run.json")
     assert details[3].endswith("deletes them and leaves them deleted: the study file no longer lists this run")
     assert all(p.is_file() for p in (cut.model, cut.predictions, checkpointed.model, dropped.model))
-    records["a_seed0"].write(cut.record)                       # with its record, the same files are a finished run
+    _finish(cut, records["a_seed0"])                       # with its record, the same files are a finished run
     assert run_states(folder.root)[0][:2] == ("a_seed0", "finished")
 
 
@@ -472,6 +481,17 @@ def _start(weights, *, pretrain: bool = False) -> StartRecord:
                        pretraining=record)
 
 
+def _finished_from_weights(folder: StudyFolder, records, tmp_path):
+    """A study whose arms start from a model.weights file, and its run a_seed0 finished from it: the file."""
+    weights = tmp_path / "w.pt"
+    weights.write_bytes(b"the weights the runs started from")
+    _with_weights(folder, weights)
+    files = folder.run("a_seed0")
+    files.make()
+    _finish(files, records["a_seed0"].model_copy(update={"start": _start(weights)}))
+    return weights
+
+
 @pytest.mark.parametrize("pretrain", [False, True])
 def test_a_finished_run_started_from_other_contents_of_model_weights_is_told_refused(study_folder, tmp_path,
                                                                                       pretrain):
@@ -488,7 +508,7 @@ def test_a_finished_run_started_from_other_contents_of_model_weights_is_told_ref
     for run_id in ("a_seed0", "z_seed9"):
         files = folder.run(run_id)
         files.make()
-        records["a_seed0"].model_copy(update={"run_id": run_id, "start": start}).write(files.record)
+        _finish(files, records["a_seed0"].model_copy(update={"run_id": run_id, "start": start}))
     assert [detail for _, _, detail in run_states(folder.root)] == [
         "", "not in the study file now, but in this folder: the study's eps still counts it"]
     weights.write_bytes(b"other weights at the same path")
@@ -520,12 +540,7 @@ def test_a_model_weights_file_that_cannot_be_read_is_told_once_as_what_run_refus
     while status listed its finished runs as plainly finished (and a folder or a file it may not read must not end
     in a traceback). One row before the runs says what run does and what to do; the runs keep their own states."""
     folder, records = study_folder("a_seed0", "b_seed1")
-    weights = tmp_path / "w.pt"
-    weights.write_bytes(b"the weights the runs started from")
-    _with_weights(folder, weights)
-    files = folder.run("a_seed0")
-    files.make()
-    records["a_seed0"].model_copy(update={"start": _start(weights)}).write(files.record)
+    weights = _finished_from_weights(folder, records, tmp_path)
     assert run_states(folder.root) == [("a_seed0", "finished", ""), ("b_seed1", "pending", "")]
     damage(weights, monkeypatch)
     assert run_states(folder.root) == [
@@ -542,12 +557,7 @@ def test_status_counts_runs_only_and_tells_a_file_the_study_needs_apart(study_fo
     from dpmed.cli import main
 
     folder, records = study_folder("a_seed0")
-    weights = tmp_path / "w.pt"
-    weights.write_bytes(b"the weights the runs started from")
-    _with_weights(folder, weights)
-    files = folder.run("a_seed0")
-    files.make()
-    records["a_seed0"].model_copy(update={"start": _start(weights)}).write(files.record)
+    weights = _finished_from_weights(folder, records, tmp_path)
     if damaged == "model.weights":
         weights.unlink()
     else:
