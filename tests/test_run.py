@@ -474,6 +474,9 @@ def test_starting_weights_must_be_the_file_the_study_recorded_and_load_as_it_cou
         start_model(model, "small_cnn", record.model_copy(update={"sha256": "0" * 64}))
     with pytest.raises(AssertionError, match=f"{n} tensors loaded from .* the study recorded {n - 1}"):
         start_model(model, "small_cnn", record.model_copy(update={"loaded": n - 1}))
+    path.unlink()           # gone since the study was prepared: told as the study's error, not the file system's
+    with pytest.raises(ConfigError, match="are missing or changed since the study was prepared"):
+        start_model(model, "small_cnn", record)
 
 
 def test_a_run_starts_from_the_bytes_its_record_names_even_where_the_file_is_replaced_after_the_hash(

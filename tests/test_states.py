@@ -568,6 +568,18 @@ def test_status_counts_runs_only_and_tells_a_file_the_study_needs_apart(study_fo
     assert lines[-1] == f"1 finished; {damaged} unreadable", lines
 
 
+def test_status_of_an_unreadable_study_yaml_and_no_run_names_the_file_alone(study_folder, capsys):
+    """Without a run to count, the summary is the file's name and state, not led by the separator of a count that
+    is not there."""
+    from dpmed.cli import main
+
+    folder, _ = study_folder("a_seed0")
+    folder.resolved_study.write_bytes(b"study: [unclosed\n")
+    assert main(["status", str(folder.root)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith(f"{'study.yaml':<36} unreadable: ") and lines[-1] == "study.yaml unreadable", lines
+
+
 def test_an_interrupted_run_after_public_pretraining_keeps_its_starting_weights_a_condition(study_folder, tmp_path):
     """The pretrained weights are those of the public images, which status does not read: where the model.weights
     file pretraining started from is unchanged, the starting weights stay a condition; where it changed, the run

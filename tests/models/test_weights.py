@@ -16,7 +16,7 @@ from torch import nn
 from dpmed.errors import ConfigError
 from dpmed.models import MODELS, build_model, list_models
 from dpmed.folders import file_sha256
-from dpmed.models.weights import load_weights, match_head, read_state_dict, set_trainable
+from dpmed.models.weights import load_weights, match_head, read_state_dict, read_weights, set_trainable
 from dpmed.training import DpSgdStep
 
 
@@ -197,6 +197,30 @@ def test_a_missing_file_names_the_key_and_the_path(tmp_path):
     missing = tmp_path / "nowhere" / "weights.pt"
     with pytest.raises(ConfigError, match=f"model.weights: no such file {missing}"):
         read_state_dict(missing)
+
+
+def test_the_one_read_of_the_weights_refuses_a_folder_or_a_missing_file_as_the_load_does(tmp_path):
+    """`read_weights` reads the bytes pretraining hashes and loads: a folder or a missing file is told as
+    `read_state_dict` tells it, what to give instead, not as a file that cannot be read."""
+    missing = tmp_path / "nowhere" / "weights.pt"
+    for read in (read_weights, read_state_dict):
+        with pytest.raises(ConfigError, match=f"model.weights: {re.escape(str(tmp_path))} is a folder; give the path"):
+            read(tmp_path)
+        with pytest.raises(ConfigError, match=f"model.weights: no such file {re.escape(str(missing))}; give the path"):
+            read(missing)
+
+
+def test_the_bytes_a_caller_read_and_hashed_are_loaded_without_reading_the_file_again(tmp_path):
+    """A run and pretraining load the bytes they hashed (``contents``): the file, gone or replaced since that one
+    read, is not read again."""
+    saved = build_model("small_cnn", in_channels=1, num_outputs=2, image_size=16, seed=0).state_dict()
+    path = _save(saved, tmp_path / "weights.pt")
+    contents = path.read_bytes()
+    path.unlink()
+    state = read_state_dict(path, contents=contents)
+    assert state.keys() == saved.keys()
+    for name, value in state.items():
+        torch.testing.assert_close(value, saved[name])
 
 
 def test_a_folder_a_text_file_and_a_pickled_model_say_what_to_give_instead(tmp_path):
