@@ -984,6 +984,17 @@ def test_a_run_not_dp_as_run_is_drawn_hollow_under_a_legend_entry_that_says_so(m
     assert "Hollow markers (legend: “DP-SGD (not DP as run)”): runs not DP as run" in alt, alt
 
 
+def test_a_point_of_several_seeds_one_of_them_not_dp_as_run_is_drawn_hollow(make_record):
+    """A configuration's point stands for all its seeds, and its label says "not DP" where one of them is not DP as
+    run: its marks are hollow, under "DP-SGD (not DP as run)", not filled as a DP run's."""
+    records = [r.model_copy(update={"privacy": r.privacy.model_copy(update={"is_dp": False, "sampler_voids": True})})
+               if r.run_id == "dp-sgd_eps1000000_C1_seed1" else r
+               for r in _seeds(make_record, {"none": [0.96, 0.94], "eps1000000": [0.90, 0.88]})]
+    fig = auroc_figure(records)
+    assert _legend_markers(fig) == {"DP-SGD (not DP as run)": "hollow"}
+    assert {line.get_markerfacecolor() for line in fig.axes[0].get_lines() if line.get_marker() == "o"} == {"none"}
+
+
 def test_a_local_dp_run_not_dp_as_run_is_not_named_local_dp_in_the_legend(records):
     """A reproducible-mode pixel Laplace run (the seed known) is not local DP: its entry is "pixel Laplace (not DP
     as run)", hollow, not "pixel Laplace (local DP)"."""
@@ -1062,6 +1073,15 @@ def test_the_text_alternative_names_filled_markers_only_where_a_dp_run_is_drawn(
     assert "filled markers: DP runs" in auroc_alt(both)
 
 
+def test_the_text_alternative_names_no_hollow_marker_for_a_run_not_dp_as_run_the_figure_does_not_draw(make_record):
+    """A run not DP as run whose test AUROC is undefined is no point of the figure: its legend and text alternative
+    name no hollow marker for it."""
+    records = _voided(_seeds(make_record, {"none": [0.96], "eps1": [0.80], "eps1000000": [None]}), 1e6)
+    assert _legend_markers(auroc_figure(records)) == {"DP-SGD": "filled"}
+    alt = auroc_alt(records)
+    assert "Hollow" not in alt and "not DP as run" not in alt, alt
+
+
 @pytest.mark.parametrize("narrow", [False, True])
 def test_a_multi_seed_study_s_legend_lies_inside_the_figure_in_each_layout(make_record, narrow):
     """On a phone, a study of two seeds with a run not DP as run had one legend column of long entries ("bars: 95%
@@ -1118,3 +1138,22 @@ def test_a_mechanism_s_dp_entry_comes_before_its_not_dp_entry_in_the_legend(make
     records = _voided(_seeds(make_record, {"none": [0.96], "eps1000000": [0.90], "eps1": [0.80]}), 1e6)
     labels = [t.get_text() for t in auroc_figure(records, narrow=narrow).legends[0].get_texts()]
     assert labels[:2] == ["DP-SGD", "DP-SGD (not DP as run)"], labels
+
+
+def test_the_legend_keeps_a_mechanism_s_entries_together_in_the_order_of_its_first_run(make_record):
+    """Each mechanism's DP and not-DP entries stand together, mechanisms in the order of their first runs: a
+    not-DP entry is not put after every other mechanism's DP one."""
+    from dpmed.randomness import NOT_DP_REPRODUCIBLE
+
+    def local(arm, mechanism, eps_image, dp=True):
+        card = PrivacyCard(mechanism=mechanism, is_dp=True, statement=f"eps_image = {eps_image:g}",
+                           epsilon=eps_image, epsilon_image=eps_image, epsilon_pixel=2.0, delta=0.0)
+        if not dp:
+            card = card.model_copy(update={"is_dp": False, "randomness": NOT_DP_REPRODUCIBLE})
+        return make_record(f"{arm}_seed0", arm, metrics=_metrics(0.9, 0.85, 0.95)).model_copy(
+            update={"mechanism": mechanism, "privacy": card})
+    ordered = [local("laplace-seeded", "pixel_laplace", 100.0, dp=False), local("laplace", "pixel_laplace", 200.0),
+               local("gaussian", "pixel_gaussian", 300.0)]
+    labels = [t.get_text() for t in auroc_figure(ordered).legends[0].get_texts()]
+    assert labels[:3] == ["pixel Laplace (local DP)", "pixel Laplace (not DP as run)", "pixel Gaussian (local DP)"], \
+        labels
