@@ -208,3 +208,17 @@ def test_a_section_set_on_one_side_only_is_told_as_set_and_not_set(tmp_path):
     assert "privacy.mechanism: none in the finished run, pixel_laplace now" in lines
     assert "privacy.scale: absent in the finished run, 0.5 now" in lines
     assert not [line for line in lines if "None" in line or "(not set)" in line], lines
+
+
+def test_a_list_of_another_length_differs_whole_and_an_empty_section_one_side_lacks_not_at_all():
+    """The differences decide which finished runs are reused: a list grown by an item (fairness attributes) is a
+    difference, told whole, not cut to the shorter list's items; a section one side lacks and the other holds empty
+    sets nothing that differs, so a record without it is reused. A None inside a section reads as the study file
+    writes it."""
+    from dpmed.resumption import setting_differences
+
+    assert setting_differences({"attributes": ["sex"]}, {"attributes": ["sex", "age"]}) == [
+        "attributes: [sex] in the finished run, [sex, age] now"]
+    assert setting_differences({"lr": 0.1}, {"lr": 0.1, "augmentation": {}}) == []
+    assert setting_differences({"audit": None}, {"audit": {"seed": None}}) == [
+        "audit: not set in the finished run, {seed: null} now"]

@@ -165,6 +165,22 @@ def test_runs_left_unstarted_by_a_dead_worker_are_not_blamed_on_fail_fast(tmp_pa
     assert "--fail-fast stopped" not in err
 
 
+def test_runs_left_unfinished_beside_a_run_s_own_failure_are_not_blamed_on_fail_fast_not_given(tmp_path, monkeypatch,
+                                                                                                capsys, tiny_text):
+    """Without --fail-fast a run's own failure stops no other run: those left unfinished beside it were stopped by a
+    worker that died holding none, which the summary says, not the option the user did not give."""
+    (tmp_path / "s.yaml").write_text(tiny_text)
+    study = load_study(tmp_path / "s.yaml")
+    monkeypatch.setattr(dpmed.study, "run_study", lambda *args, **kwargs: dpmed.study.StudyResult(
+        study=study, out_dir=tmp_path / "out" / "tiny", records=[], resumed=[], seconds=1.0,
+        failures=[RunFailure("base_seed0", "ZeroDivisionError: division by zero", None)],
+        pending=["dp_eps8_C1_seed0"]))
+    assert main(["run", str(tmp_path / "s.yaml"), "--out", str(tmp_path / "out"), "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert "1 run(s) failed, 1 not finished (a worker process died, and the pool stopped the others" in err, err
+    assert "--fail-fast stopped" not in err
+
+
 # Run in each worker process of the fail-fast test below (as its ``setup``): replaces run_one there by a stand-in
 # that plays the role the test gives each run. A module of its own, so that the spawned workers can import it.
 _FAKE_RUNS = '''
