@@ -561,7 +561,8 @@ def install(marks, first):
 '''
 
 
-def test_only_the_run_whose_worker_died_fails_and_the_others_are_left_to_run(tmp_path, monkeypatch, tiny_text):
+def test_only_the_run_whose_worker_died_fails_and_the_others_are_left_to_run(tmp_path, monkeypatch, caplog,
+                                                                            tiny_text):
     """A worker killed mid-run breaks the pool, which stops the other workers. Only the killed worker's run fails
     with the reason. A run that no worker had taken up was reported failed too, "killed ... before this run
     finished", though it never started; and the run another worker was training, stopped by the pool, was reported
@@ -576,10 +577,11 @@ def test_only_the_run_whose_worker_died_fails_and_the_others_are_left_to_run(tmp
     tasks = [RunTask(plan, prepared.folder.run(plan.run_id)) for plan in prepared.plans]
     (tmp_path / "marks").mkdir()
     outcomes = {}
-    ProcessPoolExecutor(2, setup=functools.partial(killed_pool.install, str(tmp_path / "marks"),
-                                                   tasks[0].plan.run_id)).map(
-        tasks, RunContext(dataset=prepared.dataset, evaluation=prepared.study.evaluation, progress=False),
-        lambda t, outcome: outcomes.setdefault(t.plan.run_id, outcome), fail_fast=False)
+    with caplog.at_level(logging.WARNING, logger="dpmed.executors"):
+        ProcessPoolExecutor(2, setup=functools.partial(killed_pool.install, str(tmp_path / "marks"),
+                                                       tasks[0].plan.run_id)).map(
+            tasks, RunContext(dataset=prepared.dataset, evaluation=prepared.study.evaluation, progress=False),
+            lambda t, outcome: outcomes.setdefault(t.plan.run_id, outcome), fail_fast=False)
     started = sorted(os.listdir(tmp_path / "marks"))
     assert started == sorted(t.plan.run_id for t in tasks[:2])
     assert list(outcomes) == [tasks[0].plan.run_id]
@@ -587,6 +589,7 @@ def test_only_the_run_whose_worker_died_fails_and_the_others_are_left_to_run(tmp
     assert isinstance(killed, RunFailure) and killed.error == WORKER_DIED
     assert json.loads(killed.error_file.read_text())["error"] == WORKER_DIED
     assert not tasks[1].folder.error.exists() and not tasks[2].folder.error.exists()
+    assert "while it held no unfinished run" not in caplog.text, caplog.text    # the failed run names the death
 
 
 _KILLED_WITHOUT_A_RUN = '''
