@@ -380,7 +380,7 @@ def _place_all(ax: Axes, texts: list[Annotation], points: float) -> list[_Label]
                 past = [b for b in boxes if all(b is not o for o in own)]
             else:
                 past = [placed[j].box.padded(pad) for j in pair]
-                leaders = [placed[j].leader for j in pair if placed[j].leader is not None]
+                leaders = [line for j in pair if (line := placed[j].leader) is not None]
             found += (sum(label.leader.intersects_path(line, filled=False) for line in leaders),
                       sum(label.leader.intersects_bbox(b, filled=False) for b in past))
         return found
