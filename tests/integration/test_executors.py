@@ -634,9 +634,10 @@ def test_a_worker_that_dies_holding_no_run_is_told(tmp_path, monkeypatch, caplog
         ProcessPoolExecutor(2, setup=functools.partial(killed_idle.install, str(tmp_path / "marks"))).map(
             tasks, RunContext(dataset=prepared.dataset, evaluation=prepared.study.evaluation, progress=False),
             lambda t, outcome: outcomes.setdefault(t.plan.run_id, outcome), fail_fast=False)
-    # "dying" and at least one run taken up (under load a worker started after the death may take up the other)
+    # "dying" and at least one run taken up; under load a worker started in the dead one's place may take up the
+    # other run, and its stand-in run may even return (None) before the pool is seen broken: no run failed either way
     assert len(os.listdir(tmp_path / "marks")) >= 2, "the living worker took up no run"
-    assert outcomes == {}                             # the stopped run continues, the other trains, next time
+    assert not any(isinstance(outcome, RunFailure) for outcome in outcomes.values()), outcomes
     assert not any(task.folder.error.exists() for task in tasks)
     assert "a worker process died (killed from outside: out of memory, kill -9) while it held no unfinished run, " \
            "and the pool stopped the other workers" in caplog.text, caplog.text
